@@ -1,0 +1,119 @@
+# Synapse Fleet. `make dev` brings up a local fleet; `make test` runs every test suite.
+
+# Versions of the tools the project builds for itself (from the Go module proxy; nothing else
+# is downloaded). The control-plane binaries are cached outside the work tree by hack/envtest.sh.
+ENVTEST_K8S_VERSION ?= 1.37.2
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+KUSTOMIZE_VERSION ?= v5.8.1
+HELM_VERSION ?= v3.22.0
+
+LOCALBIN ?= $(CURDIR)/bin
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
+HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
+# A caller may point envtest at binaries of its own.
+KUBEBUILDER_ASSETS ?= $(LOCALBIN)/k8s/$(ENVTEST_K8S_VERSION)
+export KUBEBUILDER_ASSETS
+
+GO_TEST_FLAGS ?= -race -count=1
+CHART_CRDS := charts/synapse-fleet/crds
+
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Show the targets.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: controller-gen ## Generate the CRDs and RBAC, and copy the CRDs into the chart.
+	$(CONTROLLER_GEN) rbac:roleName=synapse-controller crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	rm -f $(CHART_CRDS)/*.yaml && mkdir -p $(CHART_CRDS) && cp config/crd/bases/*.yaml $(CHART_CRDS)/
+	cp config/rbac/role.yaml charts/synapse-fleet/files/role.yaml
+
+.PHONY: generate
+generate: controller-gen ## Generate the deepcopy code.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+
+.PHONY: fmt
+fmt: ## Run go fmt.
+	go fmt ./...
+
+.PHONY: vet
+vet: ## Run go vet, here and for darwin/arm64 (the real Neural Engine path).
+	go vet ./...
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go vet ./...
+
+.PHONY: test
+test: envtest vet ## Run every test suite (unit, envtest, e2e) with the race detector.
+	go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: bench
+bench: ## Run the benchmarks.
+	go test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: verify
+verify: manifests generate kustomize ## Regenerate everything, fail if a committed file is stale, build the kustomizations.
+	@if ! git diff --quiet -- api config charts || [ -n "$$(git ls-files --others --exclude-standard -- api config charts)" ]; then \
+		echo "generated files are stale; run 'make manifests generate' and commit:"; \
+		git --no-pager diff --stat -- api config charts; git ls-files --others --exclude-standard -- api config charts; exit 1; fi
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	@for k in config/default config/samples config/prometheus; do $(KUSTOMIZE) build $$k >/dev/null || { echo "kustomize build $$k failed"; exit 1; }; done
+
+.PHONY: helm-lint
+helm-lint: helm ## Lint and render the Helm chart.
+	$(HELM) lint --strict --kube-version $(ENVTEST_K8S_VERSION) charts/synapse-fleet
+	$(HELM) template synapse-fleet charts/synapse-fleet --kube-version $(ENVTEST_K8S_VERSION) >/dev/null
+
+##@ Build
+
+.PHONY: build
+build: ## Build the binaries into bin/.
+	go build -o $(LOCALBIN)/synapse-controller .
+
+.PHONY: run
+run: ## Run the controller against the cluster of the current kubeconfig.
+	go run . --leader-elect=false
+
+.PHONY: dev
+dev: envtest build ## Start a local control plane, the controller and the samples (Ctrl-C stops).
+	go run ./hack/devfleet --assets $(KUBEBUILDER_ASSETS) --controller $(LOCALBIN)/synapse-controller --crds config/crd/bases --samples config/samples --write-kubeconfig $(LOCALBIN)/dev.kubeconfig
+
+##@ Tools
+
+.PHONY: envtest
+envtest: ## Build (once, then cached) kube-apiserver, etcd and kubectl for envtest.
+	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(ENVTEST_K8S_VERSION)" ]; then hack/envtest.sh $(ENVTEST_K8S_VERSION) $(LOCALBIN)/k8s >/dev/null; fi
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN)
+$(CONTROLLER_GEN):
+	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION),controller-gen)
+
+.PHONY: kustomize
+kustomize: $(KUSTOMIZE)
+$(KUSTOMIZE):
+	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION),kustomize)
+
+.PHONY: helm
+helm: $(HELM)
+$(HELM):
+	$(call go-install-tool,$(HELM),helm.sh/helm/v3/cmd/helm,$(HELM_VERSION),helm)
+
+# go-install-tool builds package $(2) at version $(3), whose binary is named $(4), into $(1).
+define go-install-tool
+@[ -f "$(1)" ] || { \
+set -e; \
+echo "building $(2)@$(3)"; \
+rm -f "$(1)"; \
+GOBIN="$(LOCALBIN)" go install "$(2)@$(3)"; \
+mv "$(LOCALBIN)/$(4)" "$(1)"; \
+}
+endef

@@ -1,0 +1,201 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// CatalogLane condition types and reasons.
+const (
+	// LaneConditionPlaced is True when every replica has a LanePlacement on a matching node.
+	LaneConditionPlaced = "Placed"
+
+	// LaneReasonPlaced: every replica is placed.
+	LaneReasonPlaced = "Placed"
+	// LaneReasonIdentityNotFound: the referenced CertifiedIdentity does not exist.
+	LaneReasonIdentityNotFound = "IdentityNotFound"
+	// LaneReasonNoMatchingNode: no node runs the identity's worker binary on its macOS build.
+	LaneReasonNoMatchingNode = "NoMatchingNode"
+	// LaneReasonSelectorMatchesNothing: no node matches the lane's nodeSelector.
+	LaneReasonSelectorMatchesNothing = "SelectorMatchesNothing"
+	// LaneReasonBudgetFull: matching nodes lack free layer executables for the lane.
+	LaneReasonBudgetFull = "BudgetFull"
+)
+
+// CatalogLaneSpec is a model served on an explicit device across a number of Mac nodes.
+// +kubebuilder:validation:XValidation:rule="!has(self.ceiling) || self.ceiling <= self.rungs[self.rungs.size() - 1]",message="ceiling must not exceed the largest rung: add a larger rung or lower the ceiling"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxResidentShapes) || self.maxResidentShapes <= self.rungs.size()",message="maxResidentShapes must not exceed the number of rungs"
+type CatalogLaneSpec struct {
+	// model is the model's name; it must equal the referenced identity's spec.model.name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`
+	Model string `json:"model"`
+
+	// task is what the lane serves: embed (POST /v1/embeddings) or rerank (POST /v1/rerank).
+	// +required
+	Task Task `json:"task"`
+
+	// device is where requests run. It must be given: a lane never picks a device for itself
+	// and never moves to another one.
+	// +required
+	Device Device `json:"device"`
+
+	// identityRef names the CertifiedIdentity the lane runs under. Only nodes that match it
+	// exactly (worker binary, signing identifier, protocol, macOS build) serve the lane.
+	// +required
+	IdentityRef LocalObjectReference `json:"identityRef"`
+
+	// rungs is the shape ladder: the sequence lengths, ascending, that the worker compiles.
+	// A request uses the smallest rung that fits it.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.isSorted()",message="rungs must be in ascending order, for example [128, 256, 512]"
+	Rungs []Rung `json:"rungs"`
+
+	// ceiling is the longest sequence, in tokens, the lane accepts; longer ones are refused
+	// with unsupported_shape, never truncated. Defaults to the largest rung.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=8192
+	Ceiling *int32 `json:"ceiling,omitempty"`
+
+	// maxResidentShapes is how many rungs may be resident on a node at once; at that limit
+	// the lane evicts one of its own shapes. Defaults to every rung.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=8
+	MaxResidentShapes *int32 `json:"maxResidentShapes,omitempty"`
+
+	// replicas is how many Mac nodes serve the lane.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=256
+	Replicas int32 `json:"replicas"`
+
+	// nodeSelector restricts the lane to MacNodes with these labels.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// admissionBoundSeconds bounds how long a request may wait for its shape to be admitted;
+	// a shape predicted ready later is answered shape_compiling with a retry time.
+	// +optional
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=600
+	AdmissionBoundSeconds int32 `json:"admissionBoundSeconds"`
+
+	// requestDeadlineSeconds is the default absolute deadline of a request, covering admission
+	// and every exchange; no later bucket starts after it.
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=600
+	RequestDeadlineSeconds int32 `json:"requestDeadlineSeconds"`
+
+	// prewarmPolicyRef names the PrewarmPolicy that chooses which rungs load in the background.
+	// Without one, policies whose laneSelector matches the lane apply.
+	// +optional
+	PrewarmPolicyRef *LocalObjectReference `json:"prewarmPolicyRef,omitempty"`
+}
+
+// CatalogLaneStatus aggregates the lane's placements.
+type CatalogLaneStatus struct {
+	// observedGeneration is the generation the status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// replicas is the number of LanePlacements that exist for the lane.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// readyReplicas is the number of placements that serve requests.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// compilingReplicas is the number of placements compiling their first shapes.
+	// +optional
+	CompilingReplicas int32 `json:"compilingReplicas,omitempty"`
+
+	// failedReplicas is the number of placements whose node reported a fault.
+	// +optional
+	FailedReplicas int32 `json:"failedReplicas,omitempty"`
+
+	// nodes lists the MacNodes the lane is placed on.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=253
+	Nodes []string `json:"nodes,omitempty"`
+
+	// endpoint is the in-cluster URL of the lane's Service.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// conditions: Placed, Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// CatalogLane serves one model for one task on the Neural Engine of a set of Mac nodes.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=lane,categories=synapse
+// +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.model`
+// +kubebuilder:printcolumn:name="Task",type=string,JSONPath=`.spec.task`
+// +kubebuilder:printcolumn:name="Device",type=string,JSONPath=`.spec.device`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Compiling",type=integer,JSONPath=`.status.compilingReplicas`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Identity",type=string,JSONPath=`.spec.identityRef.name`,priority=1
+// +kubebuilder:printcolumn:name="Rungs",type=string,JSONPath=`.spec.rungs`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type CatalogLane struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired lane.
+	// +required
+	Spec CatalogLaneSpec `json:"spec"`
+
+	// status is written by the controller.
+	// +optional
+	Status CatalogLaneStatus `json:"status,omitempty"`
+}
+
+// CatalogLaneList is a list of CatalogLane.
+// +kubebuilder:object:root=true
+type CatalogLaneList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []CatalogLane `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&CatalogLane{}, &CatalogLaneList{})
+}
