@@ -1,0 +1,362 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package compilequeue
+
+import (
+	"slices"
+	"time"
+)
+
+const (
+	// StartHold is how long a queued compile waits after its arrival before it may start, so
+	// that compiles requested together start cheapest first.
+	StartHold = 50 * time.Millisecond
+
+	// repriceSlack: an admission predicted as a load that runs past twice its prediction plus
+	// this is repriced as a compile, because aned is evidently compiling it.
+	repriceSlack = time.Second
+)
+
+// Ticket identifies one request waiting for a shape.
+type Ticket uint64
+
+// Request asks for a shape that is not resident.
+type Request struct {
+	Ticket Ticket
+	// Owner is the worker generation that will admit the shape.
+	Owner  string
+	Shape  Shape
+	Layers int
+	// Cached is true when the worker reported the rung held by aned.
+	Cached bool
+	// Deadline is the request's absolute deadline; zero means none.
+	Deadline time.Time
+	// Bound is the request's admission bound (at most 600 s).
+	Bound time.Duration
+}
+
+// Answer is the queue's answer to a Request.
+type Answer struct {
+	// Accepted: the request waits for the shape, predicted ready at ReadyAt.
+	Accepted bool
+	ReadyAt  time.Time
+	// RetryAfter is set when the request is refused as shape_compiling: the predicted delay
+	// until the shape is ready. The compile stays queued, so the retry finds it ready.
+	RetryAfter time.Duration
+}
+
+// Refusal answers a waiting ticket that can no longer be served in time.
+type Refusal struct {
+	Ticket Ticket
+	Job    *Job
+	// DeadlineExceeded: the request's own deadline passed (answered with a deadline error);
+	// otherwise its admission bound did and it is answered shape_compiling after RetryAfter.
+	DeadlineExceeded bool
+	RetryAfter       time.Duration
+}
+
+type waiter struct {
+	deadline time.Time // zero: none
+	boundAt  time.Time
+}
+
+// limit is the time by which the waiter needs its shape.
+func (w waiter) limit() time.Time {
+	if !w.deadline.IsZero() && w.deadline.Before(w.boundAt) {
+		return w.deadline
+	}
+	return w.boundAt
+}
+
+// Job is one shape admission, queued or running. Requests for the same (owner, shape) join it.
+type Job struct {
+	Owner      string
+	Shape      Shape
+	Layers     int
+	Arrival    time.Time
+	Prediction Prediction
+
+	waiters map[Ticket]waiter
+	// The last promise made to a request, accepted or refused: the delay and when it was
+	// made. A job nobody waits for is dropped after twice that delay.
+	promised   time.Duration
+	promisedAt time.Time
+}
+
+// StartKey orders queued jobs: arrival plus predicted cost.
+func (j *Job) StartKey() time.Time { return j.Arrival.Add(j.Prediction.Cost) }
+
+// Waiters returns the tickets waiting for the job.
+func (j *Job) Waiters() []Ticket {
+	out := make([]Ticket, 0, len(j.waiters))
+	for t := range j.waiters {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (j *Job) dropAt() time.Time { return j.promisedAt.Add(2 * j.promised) }
+
+// Queue is the machine-wide compile queue. It is not safe for concurrent use: one scheduler
+// goroutine owns it.
+type Queue struct {
+	costs      *CostModel
+	queued     []*Job // in start order
+	running    *Job
+	startedAt  time.Time
+	recovering map[string]bool
+}
+
+// New returns an empty queue predicting with costs.
+func New(costs *CostModel) *Queue {
+	return &Queue{costs: costs, recovering: map[string]bool{}}
+}
+
+// Costs returns the queue's cost model.
+func (q *Queue) Costs() *CostModel { return q.costs }
+
+// Running returns the running job, or nil.
+func (q *Queue) Running() *Job { return q.running }
+
+// Queued returns the queued jobs in start order.
+func (q *Queue) Queued() []*Job { return slices.Clone(q.queued) }
+
+// Len counts queued and running jobs.
+func (q *Queue) Len() int {
+	if q.running != nil {
+		return len(q.queued) + 1
+	}
+	return len(q.queued)
+}
+
+// Find returns the queued or running job admitting shape for owner, or nil.
+func (q *Queue) Find(owner string, shape Shape) *Job {
+	if j := q.running; j != nil && j.Owner == owner && j.Shape == shape {
+		return j
+	}
+	for _, j := range q.queued {
+		if j.Owner == owner && j.Shape == shape {
+			return j
+		}
+	}
+	return nil
+}
+
+// Submit answers a request for a shape that is not resident. A request joins the job that
+// already admits its shape for its owner, or queues a new one. It is accepted if the shape is
+// predicted ready before its deadline and its admission bound, and refused with the predicted
+// delay otherwise; either way the job stays, so a retry finds the shape ready.
+func (q *Queue) Submit(now time.Time, r Request) Answer {
+	j := q.Find(r.Owner, r.Shape)
+	if j == nil {
+		j = &Job{
+			Owner: r.Owner, Shape: r.Shape, Layers: r.Layers, Arrival: now,
+			Prediction: q.costs.Predict(r.Shape, r.Layers, r.Cached),
+			waiters:    map[Ticket]waiter{},
+		}
+		q.insert(now, j)
+	}
+	ready := q.ReadyAt(now, j)
+	j.promised, j.promisedAt = ready.Sub(now), now
+	w := waiter{deadline: r.Deadline, boundAt: now.Add(r.Bound)}
+	if ready.After(w.limit()) {
+		return Answer{ReadyAt: ready, RetryAfter: ready.Sub(now)}
+	}
+	j.waiters[r.Ticket] = w
+	return Answer{Accepted: true, ReadyAt: ready}
+}
+
+// insert places a new job by its start key, but never ahead of a queued job if that would make
+// one of the queued job's accepted requests miss its limit.
+func (q *Queue) insert(now time.Time, j *Job) {
+	pos := len(q.queued)
+	for i, other := range q.queued {
+		if j.StartKey().Before(other.StartKey()) {
+			pos = i
+			break
+		}
+	}
+	for i := pos; i < len(q.queued); i++ {
+		other := q.queued[i]
+		// other's predicted ready time if j goes first: its current prediction plus j's cost.
+		// Only a request that would still make it is protected: one that misses its limit
+		// anyway is answered at its limit whatever the order.
+		ready := q.ReadyAt(now, other)
+		pushed := ready.Add(j.Prediction.Cost)
+		for _, w := range other.waiters {
+			if !ready.After(w.limit()) && pushed.After(w.limit()) {
+				pos = i + 1
+				break
+			}
+		}
+	}
+	q.queued = slices.Insert(q.queued, pos, j)
+}
+
+// ReadyAt predicts when job j's shape is resident: after the running job and every job ahead
+// of it that can be elected, then its own cost. Jobs of recovering workers are not elected and
+// do not delay others.
+func (q *Queue) ReadyAt(now time.Time, j *Job) time.Time {
+	t := now
+	if r := q.running; r != nil {
+		if end := q.startedAt.Add(r.Prediction.Cost); end.After(t) {
+			t = end
+		}
+		if r == j {
+			return t
+		}
+	}
+	for _, other := range q.queued {
+		if q.recovering[other.Owner] && other != j {
+			continue
+		}
+		if hold := other.Arrival.Add(StartHold); hold.After(t) {
+			t = hold
+		}
+		t = t.Add(other.Prediction.Cost)
+		if other == j {
+			return t
+		}
+	}
+	return t
+}
+
+// Elect returns the job to start now, or nil and when to look again (zero: not until
+// something changes). Only the head of the queue is elected, once its StartHold has passed,
+// and only while no job runs. Before the head starts, its waiters that it cannot serve in
+// time are refused, so nothing is evicted or dispatched for a request that would give up.
+func (q *Queue) Elect(now time.Time) (*Job, []Refusal, time.Time) {
+	if q.running != nil {
+		return nil, nil, time.Time{}
+	}
+	for _, j := range q.queued {
+		if q.recovering[j.Owner] {
+			continue
+		}
+		if hold := j.Arrival.Add(StartHold); now.Before(hold) {
+			return nil, nil, hold
+		}
+		ready := now.Add(j.Prediction.Cost)
+		var refused []Refusal
+		for _, t := range j.Waiters() {
+			if w := j.waiters[t]; ready.After(w.limit()) {
+				delete(j.waiters, t)
+				refused = append(refused, Refusal{Ticket: t, Job: j, RetryAfter: j.Prediction.Cost,
+					DeadlineExceeded: !w.deadline.IsZero() && !now.Before(w.deadline)})
+			}
+		}
+		return j, refused, time.Time{}
+	}
+	return nil, nil, time.Time{}
+}
+
+// Start moves j from the queue to the running slot: the compile gate is now held.
+func (q *Queue) Start(now time.Time, j *Job) {
+	q.queued = slices.DeleteFunc(q.queued, func(o *Job) bool { return o == j })
+	q.running, q.startedAt = j, now
+}
+
+// Finish frees the compile gate. The supervisor calls it when the admission answered, or, for a
+// failed one, once the old worker's exit is confirmed.
+func (q *Queue) Finish() { q.running = nil }
+
+// Reprice turns a running admission predicted as a load into a compile once it has run past
+// twice its prediction plus a second: aned is evidently compiling it. It reports whether it
+// did, and otherwise when it may have to (zero: never).
+func (q *Queue) Reprice(now time.Time) (bool, time.Time) {
+	r := q.running
+	if r == nil || r.Prediction.Kind != Load {
+		return false, time.Time{}
+	}
+	at := q.startedAt.Add(2*r.Prediction.Cost + repriceSlack)
+	if now.Before(at) {
+		return false, at
+	}
+	r.Prediction = q.costs.Predict(r.Shape, r.Layers, false)
+	return true, time.Time{}
+}
+
+// Leave removes a ticket that stopped waiting (it leased, was cancelled or gave up).
+func (q *Queue) Leave(j *Job, t Ticket) { delete(j.waiters, t) }
+
+// SetRecovering marks owner's worker as recovering (its jobs are not elected and delay
+// nobody) or recovered.
+func (q *Queue) SetRecovering(owner string, recovering bool) {
+	if recovering {
+		q.recovering[owner] = true
+	} else {
+		delete(q.recovering, owner)
+	}
+}
+
+// DropOwner removes every queued job of a retired worker at once and returns them, so their
+// waiters can be answered.
+func (q *Queue) DropOwner(owner string) []*Job {
+	var dropped []*Job
+	q.queued = slices.DeleteFunc(q.queued, func(j *Job) bool {
+		if j.Owner == owner {
+			dropped = append(dropped, j)
+			return true
+		}
+		return false
+	})
+	delete(q.recovering, owner)
+	return dropped
+}
+
+// Expire drops queued jobs that nobody waits for once twice their last promised delay has
+// passed, so a caller that never retries does not keep compiling and evicting shapes others
+// use; and it refuses waiters whose limit has passed: past the request's deadline with a
+// deadline error, past the admission bound with shape_compiling and a fresh prediction. It
+// returns what it did and when to look again (zero: not until something changes).
+func (q *Queue) Expire(now time.Time) (dropped []*Job, refused []Refusal, next time.Time) {
+	soonest := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	jobs := q.queued
+	if q.running != nil {
+		jobs = append([]*Job{q.running}, jobs...)
+	}
+	for _, j := range jobs {
+		for _, t := range j.Waiters() {
+			w := j.waiters[t]
+			if now.Before(w.limit()) {
+				soonest(w.limit())
+				continue
+			}
+			delete(j.waiters, t)
+			missed := !w.deadline.IsZero() && !now.Before(w.deadline)
+			refused = append(refused, Refusal{Ticket: t, Job: j, DeadlineExceeded: missed,
+				RetryAfter: q.ReadyAt(now, j).Sub(now)})
+		}
+	}
+	q.queued = slices.DeleteFunc(q.queued, func(j *Job) bool {
+		if len(j.waiters) > 0 {
+			return false
+		}
+		if now.Before(j.dropAt()) {
+			soonest(j.dropAt())
+			return false
+		}
+		dropped = append(dropped, j)
+		return true
+	})
+	return dropped, refused, next
+}
