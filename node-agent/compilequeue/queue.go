@@ -251,18 +251,42 @@ func (q *Queue) Elect(now time.Time) (*Job, []Refusal, time.Time) {
 		if hold := j.Arrival.Add(StartHold); now.Before(hold) {
 			return nil, nil, hold
 		}
-		ready := now.Add(j.Prediction.Cost)
-		var refused []Refusal
-		for _, t := range j.Waiters() {
-			if w := j.waiters[t]; ready.After(w.limit()) {
-				delete(j.waiters, t)
-				refused = append(refused, Refusal{Ticket: t, Job: j, RetryAfter: j.Prediction.Cost,
-					DeadlineExceeded: !w.deadline.IsZero() && !now.Before(w.deadline)})
-			}
-		}
-		return j, refused, time.Time{}
+		return j, q.CheckHead(now, j), time.Time{}
 	}
 	return nil, nil, time.Time{}
+}
+
+// Head returns the job that starts next: the first queued job whose worker is not
+// recovering, held or not, gate busy or not. The supervisor evicts for it ahead of time, so
+// its compile starts as soon as the gate is free.
+func (q *Queue) Head() *Job {
+	for _, j := range q.queued {
+		if !q.recovering[j.Owner] {
+			return j
+		}
+	}
+	return nil
+}
+
+// CheckHead refuses the head's waiters that it can no longer serve in time, before anything
+// is dispatched or evicted for it.
+func (q *Queue) CheckHead(now time.Time, j *Job) []Refusal {
+	ready := q.ReadyAt(now, j)
+	var refused []Refusal
+	for _, t := range j.Waiters() {
+		if w := j.waiters[t]; ready.After(w.limit()) {
+			delete(j.waiters, t)
+			refused = append(refused, Refusal{Ticket: t, Job: j, RetryAfter: ready.Sub(now),
+				DeadlineExceeded: !w.deadline.IsZero() && !now.Before(w.deadline)})
+		}
+	}
+	return refused
+}
+
+// Drop removes a queued job (its worker refused or failed it) and returns its waiters.
+func (q *Queue) Drop(j *Job) []Ticket {
+	q.queued = slices.DeleteFunc(q.queued, func(o *Job) bool { return o == j })
+	return j.Waiters()
 }
 
 // Start moves j from the queue to the running slot: the compile gate is now held.

@@ -1,0 +1,129 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+)
+
+// gateOwner remembers whose failed admission holds the compile gate until its exit is confirmed.
+type gateOwner struct {
+	m   *model
+	gen int64
+}
+
+// startAdmission reserves the job's budget and shape slot, takes the compile gate and sends
+// the admission to the worker.
+func (s *Supervisor) startAdmission(now time.Time, j *compilequeue.Job) {
+	m := s.models[j.Owner]
+	sh := &shape{rung: j.Shape.Rung, state: admitting, charge: j.Layers}
+	m.shapes[sh.rung] = sh
+	s.used += sh.charge
+	s.queue.Start(now, j)
+	m.busy++
+	st, gen := m.stream, m.gen
+	go func() {
+		var rpcStart time.Time
+		var got Admission
+		err := s.observe(func() error {
+			return st.do(func(w Worker) error {
+				// Compile time is learned from the moment the admission reaches the worker,
+				// never from time spent waiting for its stream.
+				rpcStart = s.clk.Now()
+				var err error
+				got, err = w.Admit(context.Background(), sh.rung)
+				return err
+			})
+		})
+		end := s.clk.Now()
+		s.post(func(now time.Time) { s.admitted(now, m, gen, sh, j, got, err, end.Sub(rpcStart)) })
+	}()
+}
+
+// admitted applies an admission's outcome.
+func (s *Supervisor) admitted(now time.Time, m *model, gen int64, sh *shape, j *compilequeue.Job, got Admission, err error, took time.Duration) {
+	m.busy--
+	lane := m.spec.Lane
+	var we *WorkerError
+	switch {
+	case err == nil && m.gen == gen && m.state != retired:
+		s.queue.Finish()
+		sh.state = resident
+		sh.lastUsed = now
+		kind := compilequeue.Compile
+		if got.CompiledLayers != nil && *got.CompiledLayers == 0 {
+			kind = compilequeue.Load
+		}
+		s.queue.Costs().Observe(compilequeue.Observation{Shape: j.Shape, Layers: j.Layers, Duration: took, Kind: kind})
+		m.cached[sh.rung] = true // aned holds what was just compiled or loaded
+		if s.certify {
+			s.admittedCount++
+		}
+		s.log.Info("shape admitted", "lane", lane, "generation", gen, "rung", sh.rung, "kind", kind.String(),
+			"totalMs", took.Milliseconds(), "waiters", len(j.Waiters()))
+		// The tickets that joined while it ran form a closed cohort; later arrivals cannot join.
+		tickets := j.Waiters()
+		if len(tickets) > 0 {
+			sh.cohort = &cohort{members: map[compilequeue.Ticket]bool{}, expires: now.Add(HandoffWindow)}
+		}
+		for _, t := range tickets {
+			if w := s.waiting[t]; w != nil {
+				delete(s.waiting, t)
+				sh.cohort.members[t] = true
+				w.answer(grant{handoff: true})
+			}
+		}
+
+	case errors.As(err, &we):
+		// The worker answered with an error: nothing was loaded and the stream is healthy, so
+		// the gate and the budget are free at once and the worker is not restarted.
+		s.queue.Finish()
+		delete(m.shapes, sh.rung)
+		s.used -= sh.charge
+		code := refusal.WorkerRefused
+		if we.Code == string(refusal.ResourcesExhausted) {
+			code = refusal.ResourcesExhausted
+		}
+		s.log.Info("the worker refused an admission", "lane", lane, "rung", sh.rung, "code", we.Code)
+		s.answerJob(j.Waiters(), func(w *waiter) error { return refusal.New(code, lane, "admitting rung %d: %s", sh.rung, we.Message) })
+
+	default:
+		// Unknown outcome (or the worker was replaced meanwhile): the gate and the charge stay
+		// held until the old process's exit is confirmed.
+		if err == nil {
+			err = errors.New("the worker was replaced while it admitted")
+		}
+		if m.exitedGen >= gen {
+			// The old process's exit is already confirmed and its slots released.
+			s.queue.Finish()
+			s.answerJob(j.Waiters(), func(w *waiter) error {
+				return refusal.New(refusal.EngineCrashed, lane, "worker generation %d exited while admitting rung %d: %v", gen, sh.rung, err)
+			})
+			return
+		}
+		s.gate = &gateOwner{m: m, gen: gen}
+		s.answerJob(j.Waiters(), func(w *waiter) error {
+			return refusal.New(refusal.EngineCrashed, lane, "worker generation %d failed while admitting rung %d: %v", gen, sh.rung, err)
+		})
+		s.fault(now, m, gen, err)
+	}
+}

@@ -1,0 +1,341 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// errBrokenPipe stands for an I/O fault on a worker's stream.
+var errBrokenPipe = errors.New("write |1: broken pipe")
+
+// fakeWorker is a hand-written Worker that records calls and takes its time on the fake
+// clock. Its knobs are one-shot errors and gates that hold a call until the test opens them.
+type fakeWorker struct {
+	clk  *clocktesting.FakeClock
+	lane string
+	gen  int64
+
+	mu       sync.Mutex
+	calls    []string
+	resident map[int]bool
+	// admitCost is how long an admission takes on the fake clock.
+	admitCost map[int]time.Duration
+	// cacheHits: admissions report every layer loaded from aned's cache.
+	cacheHits bool
+	// omitCounts: an older worker that omits cache_hit_layers and compiled_layers.
+	omitCounts bool
+	// exchangeGate, when set, holds every exchange until it is closed.
+	exchangeGate chan struct{}
+	// exitGate, when set, holds the process's exit after Close until it is closed.
+	exitGate                                                        chan struct{}
+	nextAdmitErr, nextEvictErr, nextExchangeErr, nextInventoryErr error
+	evictedAt                                                       map[int]time.Time
+
+	exited     chan struct{}
+	exitOnce   sync.Once
+	closed     bool
+	exchanging int
+}
+
+func (w *fakeWorker) record(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls = append(w.calls, fmt.Sprintf(format, args...))
+}
+
+func (w *fakeWorker) Calls() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.calls...)
+}
+
+func (w *fakeWorker) takeErr(p *error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	err := *p
+	*p = nil
+	return err
+}
+
+func (w *fakeWorker) Admit(ctx context.Context, rung int) (Admission, error) {
+	w.record("admit %d", rung)
+	if err := w.takeErr(&w.nextAdmitErr); err != nil {
+		return Admission{}, err
+	}
+	w.mu.Lock()
+	cost := w.admitCost[rung]
+	w.mu.Unlock()
+	if cost > 0 {
+		select {
+		case <-w.clk.After(cost):
+		case <-w.exited:
+			return Admission{}, errBrokenPipe
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.resident[rung] = true
+	if w.omitCounts {
+		return Admission{}, nil
+	}
+	layers, zero := 22, 0
+	if w.cacheHits {
+		return Admission{CacheHitLayers: &layers, CompiledLayers: &zero}, nil
+	}
+	return Admission{CacheHitLayers: &zero, CompiledLayers: &layers}, nil
+}
+
+func (w *fakeWorker) Evict(ctx context.Context, rung int) error {
+	w.record("evict %d", rung)
+	if err := w.takeErr(&w.nextEvictErr); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.resident, rung)
+	w.evictedAt[rung] = w.clk.Now()
+	return nil
+}
+
+func (w *fakeWorker) Exchange(ctx context.Context, rung int, payload []byte) ([]byte, error) {
+	w.record("exchange %d", rung)
+	w.mu.Lock()
+	gate := w.exchangeGate
+	w.exchanging++
+	w.mu.Unlock()
+	defer func() { w.mu.Lock(); w.exchanging--; w.mu.Unlock() }()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-w.exited:
+			return nil, errBrokenPipe
+		}
+	}
+	if err := w.takeErr(&w.nextExchangeErr); err != nil {
+		return nil, err
+	}
+	return append([]byte(fmt.Sprintf("%s/%d:", w.lane, rung)), payload...), nil
+}
+
+func (w *fakeWorker) Inventory(ctx context.Context) ([]int, error) {
+	if err := w.takeErr(&w.nextInventoryErr); err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []int
+	for r := range w.resident {
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (w *fakeWorker) Close() error {
+	w.record("close")
+	w.mu.Lock()
+	w.closed = true
+	gate := w.exitGate
+	w.mu.Unlock()
+	if gate == nil {
+		w.exit()
+		return nil
+	}
+	go func() { <-gate; w.exit() }()
+	return nil
+}
+
+func (w *fakeWorker) Kill() error {
+	w.record("kill")
+	w.exit()
+	return nil
+}
+
+func (w *fakeWorker) exit()                   { w.exitOnce.Do(func() { close(w.exited) }) }
+func (w *fakeWorker) Exited() <-chan struct{} { return w.exited }
+
+// fakeSpawner starts fakeWorkers and remembers them.
+type fakeSpawner struct {
+	clk *clocktesting.FakeClock
+
+	mu      sync.Mutex
+	workers []*fakeWorker
+	// configure, if set, adjusts each new worker before it is returned.
+	configure func(*fakeWorker)
+	// gate, when set, holds every spawn until it is closed.
+	gate         chan struct{}
+	nextSpawnErr error
+	cached       []int
+}
+
+func (f *fakeSpawner) Spawn(ctx context.Context, spec ModelSpec, gen int64) (Worker, []int, error) {
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.nextSpawnErr; err != nil {
+		f.nextSpawnErr = nil
+		return nil, nil, err
+	}
+	w := &fakeWorker{clk: f.clk, lane: spec.Lane, gen: gen, resident: map[int]bool{}, admitCost: map[int]time.Duration{},
+		evictedAt: map[int]time.Time{}, exited: make(chan struct{})}
+	if f.configure != nil {
+		f.configure(w)
+	}
+	f.workers = append(f.workers, w)
+	return w, f.cached, nil
+}
+
+// worker returns the gen-th worker spawned for lane.
+func (f *fakeSpawner) worker(t *testing.T, lane string, gen int64) *fakeWorker {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, w := range f.workers {
+		if w.lane == lane && w.gen == gen {
+			return w
+		}
+	}
+	t.Fatalf("no worker generation %d of %s was spawned", gen, lane)
+	return nil
+}
+
+func (f *fakeSpawner) spawned(lane string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, w := range f.workers {
+		if w.lane == lane {
+			n++
+		}
+	}
+	return n
+}
+
+// harness runs a supervisor on a fake clock.
+type harness struct {
+	t       *testing.T
+	clk     *clocktesting.FakeClock
+	s       *Supervisor
+	spawner *fakeSpawner
+	ctx     context.Context
+}
+
+var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func newHarness(t *testing.T, budget int) *harness {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(epoch)
+	sp := &fakeSpawner{clk: clk}
+	s := New(Config{Clock: clk, Spawner: sp, Log: testr.New(t), Budget: budget, CertifyObservation: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &harness{t: t, clk: clk, s: s, spawner: sp, ctx: ctx}
+}
+
+// load loads a 22-layer model with rungs 128..1024 under lane, of identity gte.
+func (h *harness) load(lane string, opts ...func(*ModelSpec)) {
+	h.t.Helper()
+	spec := ModelSpec{Lane: lane, Identity: "gte", Layers: 22, Rungs: []int{128, 256, 512, 1024},
+		MaxResidentShapes: 4, AdmissionBound: 600 * time.Second}
+	for _, o := range opts {
+		o(&spec)
+	}
+	if err := h.s.LoadModel(h.ctx, spec); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+type acquired struct {
+	lease *Lease
+	err   error
+}
+
+// acquire starts a request in the background.
+func (h *harness) acquire(lane string, rung int) <-chan acquired {
+	out := make(chan acquired, 1)
+	go func() {
+		l, err := h.s.Acquire(h.ctx, lane, rung, time.Time{})
+		out <- acquired{l, err}
+	}()
+	return out
+}
+
+// eventually polls cond until it holds; it fails the test after 10 s of real time. It waits
+// for goroutines to reach a state, never for time to pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// step advances the fake clock once something waits on it.
+func (h *harness) step(d time.Duration) {
+	h.t.Helper()
+	eventually(h.t, "something waits on the clock", h.clk.HasWaiters)
+	h.clk.Step(d)
+}
+
+// got waits for a request's answer.
+func (h *harness) got(c <-chan acquired) acquired {
+	h.t.Helper()
+	select {
+	case a := <-c:
+		return a
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("the request was never answered")
+		return acquired{}
+	}
+}
+
+// pending reports whether a request is still unanswered.
+func pending(c <-chan acquired) bool { return len(c) == 0 }
+
+// state reads supervisor state under its lock.
+func (h *harness) state(f func(s *Supervisor) bool) func() bool {
+	return func() bool {
+		h.s.mu.Lock()
+		defer h.s.mu.Unlock()
+		return f(h.s)
+	}
+}
+
+// admitWaiting waits until the compile queue holds a job, then steps past its start hold.
+func (h *harness) admitWaiting() {
+	h.t.Helper()
+	eventually(h.t, "a compile is queued", h.state(func(s *Supervisor) bool { return len(s.queue.Queued()) > 0 }))
+	h.step(50 * time.Millisecond)
+}

@@ -1,0 +1,219 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package supervisor
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+)
+
+// waiter is a request on the slow path, waiting for the scheduler's answer.
+type waiter struct {
+	ticket   compilequeue.Ticket
+	m        *model
+	rung     int
+	deadline time.Time
+	reply    chan grant // buffered: the scheduler never blocks on it
+	answered bool
+	job      *compilequeue.Job
+}
+
+func (w *waiter) answer(g grant) {
+	if w.answered {
+		return
+	}
+	w.answered = true
+	w.reply <- g
+}
+
+// grant is the scheduler's answer to a waiter: a lease, a handoff (the ticket joined the
+// admission that made the shape resident and may lease it ahead of a starved head), or a
+// refusal.
+type grant struct {
+	lease   *Lease
+	handoff bool
+	err     error
+}
+
+// Lease is a request's hold on a resident shape: while it is held the shape is never evicted.
+// Release it exactly once, after the reply has been read.
+type Lease struct {
+	s        *Supervisor
+	m        *model
+	sh       *shape
+	stream   *stream
+	gen      int64
+	released bool
+	mu       sync.Mutex
+	fault    error
+}
+
+// Rung is the leased shape's rung.
+func (l *Lease) Rung() int { return l.sh.rung }
+
+// Generation is the worker generation the lease runs on.
+func (l *Lease) Generation() int64 { return l.gen }
+
+// Exchange runs one request on the leased shape. It holds the worker's stream for the whole
+// request and reply. A fault (I/O, malformed reply, timeout) is returned, never replayed: the
+// exchange may already have executed. The worker is recovered after the lease is released.
+func (l *Lease) Exchange(ctx context.Context, payload []byte) ([]byte, error) {
+	var reply []byte
+	err := l.stream.do(func(w Worker) error {
+		var err error
+		reply, err = w.Exchange(ctx, l.sh.rung, payload)
+		return err
+	})
+	if err != nil && !isWorkerError(err) {
+		l.mu.Lock()
+		l.fault = err
+		l.mu.Unlock()
+		return nil, refusal.New(refusal.EngineCrashed, l.m.spec.Lane, "worker generation %d failed during the exchange, which is not replayed: %v", l.gen, err)
+	}
+	return reply, err
+}
+
+// Release gives the shape back. If the exchange faulted, the worker's recovery starts now.
+func (l *Lease) Release() {
+	s := l.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.released {
+		return
+	}
+	l.released = true
+	l.sh.leases--
+	l.sh.lastUsed = s.clk.Now()
+	l.mu.Lock()
+	fault := l.fault
+	l.mu.Unlock()
+	if fault != nil {
+		s.events = append(s.events, func(now time.Time) { s.fault(now, l.m, l.gen, fault) })
+	}
+	s.wake()
+}
+
+// Acquire leases rung of lane's model for one request whose absolute deadline is deadline.
+// A resident shape is leased on the lock-only fast path; otherwise the request waits for the
+// scheduler, which admits the shape, answers shape_compiling with a retry time when it will
+// not be ready in time, or refuses.
+func (s *Supervisor) Acquire(ctx context.Context, lane string, rung int, deadline time.Time) (*Lease, error) {
+	for {
+		// The precheck and the fast path.
+		s.mu.Lock()
+		m, err := s.modelFor(lane)
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		if !m.fits(rung) {
+			s.mu.Unlock()
+			return nil, refusal.New(refusal.UnsupportedShape, lane, "rung %d is not in the lane's ladder %v", rung, m.spec.Rungs)
+		}
+		if l := s.tryLease(s.clk.Now(), m, rung, 0); l != nil {
+			s.mu.Unlock()
+			return l, nil
+		}
+		s.mu.Unlock()
+		if s.testHookAfterPrecheck != nil {
+			s.testHookAfterPrecheck()
+		}
+
+		w := &waiter{m: m, rung: rung, deadline: deadline, reply: make(chan grant, 1)}
+		s.mu.Lock()
+		if s.stopped != nil {
+			s.mu.Unlock()
+			return nil, refusal.New(refusal.EngineCrashed, lane, "the compile scheduler stopped: %v", s.stopped)
+		}
+		s.ticket++
+		w.ticket = s.ticket
+		s.incoming = append(s.incoming, w)
+		s.mu.Unlock()
+		s.wake()
+
+		select {
+		case g := <-w.reply:
+			if !g.handoff {
+				return g.lease, g.err
+			}
+			s.mu.Lock()
+			l := s.tryLease(s.clk.Now(), m, rung, w.ticket)
+			s.mu.Unlock()
+			if l != nil {
+				return l, nil
+			}
+			// The handoff window closed (or the shape went) before this request took its
+			// lease: it goes the ordinary way, behind any starved head.
+		case <-ctx.Done():
+			s.leave(w)
+			if !deadline.IsZero() && !s.clk.Now().Before(deadline) {
+				return nil, refusal.New(refusal.DeadlineExceeded, lane, "the request's deadline passed while it waited for rung %d", rung)
+			}
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// tryLease leases a resident shape if nothing forbids it: the model runs, and no starved
+// budget head waits, unless member is a ticket of the shape's handoff cohort. Callers hold mu.
+func (s *Supervisor) tryLease(now time.Time, m *model, rung int, member compilequeue.Ticket) *Lease {
+	sh := m.shapes[rung]
+	if m.state != running || sh == nil || sh.state != resident {
+		return nil
+	}
+	inCohort := member != 0 && sh.cohort.protects(now) && sh.cohort.members[member]
+	if s.starved && !inCohort {
+		return nil
+	}
+	if inCohort {
+		delete(sh.cohort.members, member)
+	}
+	sh.leases++
+	sh.lastUsed = now
+	return &Lease{s: s, m: m, sh: sh, stream: m.stream, gen: m.gen}
+}
+
+// leave withdraws a waiter whose caller gave up, and returns anything it was granted.
+func (s *Supervisor) leave(w *waiter) {
+	s.mu.Lock()
+	if !w.answered {
+		w.answered = true
+		s.incoming = slices.DeleteFunc(s.incoming, func(o *waiter) bool { return o == w })
+		s.blocked = slices.DeleteFunc(s.blocked, func(o *waiter) bool { return o == w })
+		delete(s.waiting, w.ticket)
+		if w.job != nil {
+			s.queue.Leave(w.job, w.ticket)
+		}
+	}
+	if sh := w.m.shapes[w.rung]; sh != nil && sh.cohort != nil {
+		delete(sh.cohort.members, w.ticket)
+	}
+	s.mu.Unlock()
+	s.wake()
+	select {
+	case g := <-w.reply:
+		if g.lease != nil {
+			g.lease.Release()
+		}
+	default:
+	}
+}
