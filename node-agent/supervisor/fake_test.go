@@ -50,9 +50,9 @@ type fakeWorker struct {
 	// exchangeGate, when set, holds every exchange until it is closed.
 	exchangeGate chan struct{}
 	// exitGate, when set, holds the process's exit after Close until it is closed.
-	exitGate                                                        chan struct{}
+	exitGate                                                      chan struct{}
 	nextAdmitErr, nextEvictErr, nextExchangeErr, nextInventoryErr error
-	evictedAt                                                       map[int]time.Time
+	evictedAt                                                     map[int]time.Time
 
 	exited     chan struct{}
 	exitOnce   sync.Once
