@@ -72,6 +72,12 @@ func (w *fakeWorker) Calls() []string {
 	return append([]string(nil), w.calls...)
 }
 
+func (w *fakeWorker) setAdmitCost(rung int, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.admitCost[rung] = d
+}
+
 func (w *fakeWorker) takeErr(p *error) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -316,7 +322,7 @@ func (h *harness) got(c <-chan acquired) acquired {
 	case a := <-c:
 		return a
 	case <-time.After(10 * time.Second):
-		h.t.Fatal("the request was never answered")
+		h.t.Fatalf("the request was never answered: %s", h.dump())
 		return acquired{}
 	}
 }
@@ -338,4 +344,25 @@ func (h *harness) admitWaiting() {
 	h.t.Helper()
 	eventually(h.t, "a compile is queued", h.state(func(s *Supervisor) bool { return len(s.queue.Queued()) > 0 }))
 	h.step(50 * time.Millisecond)
+}
+
+// dump describes the supervisor's state, for failure messages.
+func (h *harness) dump() string {
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	out := fmt.Sprintf("used=%d starved=%v blocked=%d waiting=%d incoming=%d", h.s.used, h.s.starved, len(h.s.blocked), len(h.s.waiting), len(h.s.incoming))
+	if r := h.s.queue.Running(); r != nil {
+		out += fmt.Sprintf(" running=%s/%d", r.Owner, r.Shape.Rung)
+	}
+	for _, j := range h.s.queue.Queued() {
+		out += fmt.Sprintf(" queued=%s/%d(waiters %v)", j.Owner, j.Shape.Rung, j.Waiters())
+	}
+	for lane, m := range h.s.models {
+		out += fmt.Sprintf(" [%s gen=%d state=%d busy=%d", lane, m.gen, m.state, m.busy)
+		for r, sh := range m.shapes {
+			out += fmt.Sprintf(" %d:state=%d,leases=%d,cohort=%v", r, sh.state, sh.leases, sh.cohort != nil)
+		}
+		out += "]"
+	}
+	return out
 }

@@ -1,0 +1,143 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package supervisor
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// starvedHeadSetup leaves budget 44 full: a/128 resident and leased (returned), b/128 admitting
+// for 10 s with its first request, and a/256 queued as a starved head behind them.
+func starvedHeadSetup(t *testing.T) (h *harness, leaseA *Lease, first <-chan acquired, head <-chan acquired) {
+	h = newHarness(t, 44)
+	h.spawner.configure = func(w *fakeWorker) {
+		if w.lane == "b" {
+			w.admitCost[128] = 10 * time.Second
+		}
+	}
+	h.load("a")
+	h.load("b")
+	ra := h.acquire("a", 128)
+	h.admitWaiting()
+	a := h.got(ra)
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	first = h.acquire("b", 128)
+	h.admitWaiting()
+	eventually(t, "b/128 is admitting", h.state(func(s *Supervisor) bool { return s.queue.Running() != nil }))
+	return h, a.lease, first, nil
+}
+
+func TestJoinedAdmissionHandsOffBeforeAStarvedHeadAndExcludesNewcomers(t *testing.T) {
+	h, leaseA, first, _ := starvedHeadSetup(t)
+	joiner := h.acquire("b", 128)
+	eventually(t, "the joiner joined the running admission", h.state(func(s *Supervisor) bool {
+		return len(s.queue.Running().Waiters()) == 2
+	}))
+	head := h.acquire("a", 256)
+	eventually(t, "a/256 is a starved head", h.state(func(s *Supervisor) bool { return s.starved }))
+
+	h.step(10 * time.Second) // b/128's admission completes
+	f, j := h.got(first), h.got(joiner)
+	if f.err != nil || j.err != nil {
+		t.Fatalf("cohort: %v, %v", f.err, j.err)
+	}
+	if !pending(head) {
+		t.Fatal("the starved head was served before the cohort")
+	}
+
+	// A request arriving after completion cannot join the cohort: it yields to the head.
+	newcomer := h.acquire("b", 128)
+	eventually(t, "the newcomer is blocked behind the head", h.state(func(s *Supervisor) bool { return len(s.blocked) == 1 }))
+	if !pending(newcomer) {
+		t.Fatal("a newcomer leased ahead of the starved head")
+	}
+
+	// Once the cohort is done the head evicts b/128. The newcomer's request is then an
+	// ordinary admission: a cached reload, cheaper than the head's compile, so it starts first
+	// by start key; the head follows once the budget frees again.
+	f.lease.Release()
+	j.lease.Release()
+	eventually(t, "b/128 was evicted for the head", func() bool {
+		return slices.Contains(h.spawner.worker(t, "b", 1).Calls(), "evict 128")
+	})
+	h.spawner.worker(t, "b", 1).setAdmitCost(128, 0)
+	h.step(50 * time.Millisecond)
+	n := h.got(newcomer)
+	if n.err != nil {
+		t.Fatal(n.err)
+	}
+	n.lease.Release()
+	hd := h.got(head)
+	if hd.err != nil {
+		t.Fatal(hd.err)
+	}
+	hd.lease.Release()
+	leaseA.Release()
+}
+
+func TestSuspendedJoinerHandoffExpiresWithoutAnExternalWakeup(t *testing.T) {
+	h, leaseA, first, _ := starvedHeadSetup(t)
+	defer leaseA.Release()
+
+	// A joiner that will never come back for its lease: its answer sits unread.
+	h.s.mu.Lock()
+	h.s.ticket++
+	suspended := &waiter{ticket: h.s.ticket, m: h.s.models["b"], rung: 128, reply: make(chan grant, 1)}
+	h.s.incoming = append(h.s.incoming, suspended)
+	h.s.mu.Unlock()
+	h.s.wake()
+	eventually(t, "the suspended joiner joined", h.state(func(s *Supervisor) bool { return len(s.queue.Running().Waiters()) == 2 }))
+	head := h.acquire("a", 256)
+	eventually(t, "a/256 is a starved head", h.state(func(s *Supervisor) bool { return s.starved }))
+
+	h.step(10 * time.Second)
+	completed := h.clk.Now()
+	f := h.got(first)
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	f.lease.Release()
+	if g := <-suspended.reply; !g.handoff {
+		t.Fatalf("the suspended joiner was answered %+v, want a handoff", g)
+	}
+	// The cohort still protects b/128 for the suspended member.
+	eventually(t, "the release was seen", h.state(func(s *Supervisor) bool { return s.models["b"].shapes[128].leases == 0 }))
+	if !h.state(func(s *Supervisor) bool {
+		sh := s.models["b"].shapes[128]
+		return sh != nil && sh.state == resident && sh.cohort != nil
+	})() {
+		t.Fatal("b/128 lost its handoff protection before the window closed")
+	}
+	if !pending(head) {
+		t.Fatal("the head was served while the cohort protected the shape")
+	}
+
+	// Only the clock moves: the window's expiry itself wakes the budget queue.
+	h.clk.Step(completed.Add(HandoffWindow).Sub(h.clk.Now()))
+	hd := h.got(head)
+	if hd.err != nil {
+		t.Fatal(hd.err)
+	}
+	hd.lease.Release()
+	if at := h.spawner.worker(t, "b", 1).evictedAt[128]; at.Before(completed.Add(HandoffWindow)) {
+		t.Fatalf("b/128 evicted at %v, inside the handoff window", at.Sub(completed))
+	}
+}
