@@ -20,6 +20,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
 )
 
 // starvedHeadSetup leaves budget 44 full: a/128 resident and leased (returned), b/128 admitting
@@ -79,6 +81,9 @@ func TestJoinedAdmissionHandsOffBeforeAStarvedHeadAndExcludesNewcomers(t *testin
 		return slices.Contains(h.spawner.worker(t, "b", 1).Calls(), "evict 128")
 	})
 	h.spawner.worker(t, "b", 1).setAdmitCost(128, 0)
+	eventually(t, "the newcomer's admission is queued", h.state(func(s *Supervisor) bool {
+		return s.queue.Find("b", compilequeue.Shape{Model: "gte", Rung: 128}) != nil
+	}))
 	h.step(50 * time.Millisecond)
 	n := h.got(newcomer)
 	if n.err != nil {
