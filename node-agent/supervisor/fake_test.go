@@ -50,7 +50,10 @@ type fakeWorker struct {
 	// exchangeGate, when set, holds every exchange until it is closed.
 	exchangeGate chan struct{}
 	// exitGate, when set, holds the process's exit after Close until it is closed.
-	exitGate                                                      chan struct{}
+	exitGate chan struct{}
+	// unkillable: a process wedged in the driver, which not even a kill ends.
+	unkillable bool
+
 	nextAdmitErr, nextEvictErr, nextExchangeErr, nextInventoryErr error
 	evictedAt                                                     map[int]time.Time
 
@@ -175,7 +178,12 @@ func (w *fakeWorker) Close() error {
 
 func (w *fakeWorker) Kill() error {
 	w.record("kill")
-	w.exit()
+	w.mu.Lock()
+	wedged := w.unkillable
+	w.mu.Unlock()
+	if !wedged {
+		w.exit()
+	}
 	return nil
 }
 

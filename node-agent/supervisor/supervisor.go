@@ -139,15 +139,7 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 	}()
 	var timer clock.Timer
 	for {
-		s.mu.Lock()
-		now := s.clk.Now()
-		events := s.events
-		s.events = nil
-		for _, ev := range events {
-			ev(now)
-		}
-		next := s.schedule(now)
-		s.mu.Unlock()
+		now, next := s.pass()
 
 		if timer != nil {
 			timer.Stop()
@@ -165,6 +157,20 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 		case <-fire:
 		}
 	}
+}
+
+// pass applies the reported outcomes and runs one scheduling pass. The deferred unlock matters:
+// a panic in here must not leave mu held for stop.
+func (s *Supervisor) pass() (now, next time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now = s.clk.Now()
+	events := s.events
+	s.events = nil
+	for _, ev := range events {
+		ev(now)
+	}
+	return now, s.schedule(now)
 }
 
 // stop answers every waiting request engine_crashed and refuses all later ones.

@@ -1,0 +1,339 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+)
+
+func TestRetirementBetweenPrecheckAndGrantLeavesNoPhantomReservation(t *testing.T) {
+	h := newHarness(t, 100)
+	h.load("a")
+	var once sync.Once
+	h.s.testHookAfterPrecheck = func() {
+		once.Do(func() {
+			if err := h.s.Retire(h.ctx, "a"); err != nil {
+				t.Errorf("retire: %v", err)
+			}
+		})
+	}
+	_, err := h.s.Acquire(h.ctx, "a", 128, time.Time{})
+	if code := refusal.CodeOf(err); code != refusal.LaneRetired {
+		t.Fatalf("got %v, want lane_retired", err)
+	}
+	if used, q := h.s.Used(), h.state(func(s *Supervisor) bool { return s.queue.Len() == 0 && len(s.waiting) == 0 })(); used != 0 || !q {
+		t.Fatalf("a phantom reservation remains: used %d, queue empty %v", used, q)
+	}
+	if slices.Contains(h.spawner.worker(t, "a", 1).Calls(), "admit 128") {
+		t.Fatal("the retired lane's worker was asked to admit")
+	}
+}
+
+// faultOnNextExchange makes the lane's current worker fail its next exchange with an I/O error
+// and runs one, returning the lease's error.
+func (h *harness) faultAnExchange(lane string, gen int64) error {
+	h.t.Helper()
+	w := h.spawner.worker(h.t, lane, gen)
+	w.mu.Lock()
+	w.nextExchangeErr = errBrokenPipe
+	w.mu.Unlock()
+	l, err := h.s.Acquire(h.ctx, lane, 128, time.Time{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	_, err = l.Exchange(context.Background(), []byte("q"))
+	l.Release()
+	return err
+}
+
+func TestRetirementDuringExitConfirmationNeverConnectsReplacement(t *testing.T) {
+	t.Run("retired while the old process's exit is unconfirmed", func(t *testing.T) {
+		h := newHarness(t, 100)
+		exit := make(chan struct{})
+		h.spawner.configure = func(w *fakeWorker) { w.exitGate = exit }
+		h.load("a")
+		h.resident("a", 128).Release()
+		if err := h.faultAnExchange("a", 1); refusal.CodeOf(err) != refusal.EngineCrashed {
+			t.Fatalf("faulted exchange: %v", err)
+		}
+		eventually(t, "recovery closed the worker", func() bool { return slices.Contains(h.spawner.worker(t, "a", 1).Calls(), "close") })
+
+		retired := make(chan error, 1)
+		go func() { retired <- h.s.Retire(h.ctx, "a") }()
+		eventually(t, "the lane is retiring", h.state(func(s *Supervisor) bool { return s.models["a"].state == retiring }))
+		// Unconfirmed exit: everything stays charged.
+		if used := h.s.Used(); used != 22 {
+			t.Fatalf("charged %d before the exit is confirmed, want 22", used)
+		}
+		close(exit)
+		if err := <-retired; err != nil {
+			t.Fatal(err)
+		}
+		if n := h.spawner.spawned("a"); n != 1 {
+			t.Fatalf("%d workers spawned, want no replacement", n)
+		}
+		if used := h.s.Used(); used != 0 {
+			t.Fatalf("charged %d after retirement, want 0", used)
+		}
+	})
+
+	t.Run("retired while the replacement starts", func(t *testing.T) {
+		h := newHarness(t, 100)
+		h.load("a")
+		h.resident("a", 128).Release()
+		spawnGate := make(chan struct{})
+		h.spawner.mu.Lock()
+		h.spawner.gate = spawnGate
+		h.spawner.mu.Unlock()
+		h.faultAnExchange("a", 1)
+		eventually(t, "the replacement is starting", h.state(func(s *Supervisor) bool { return s.models["a"].spawning }))
+
+		retired := make(chan error, 1)
+		go func() { retired <- h.s.Retire(h.ctx, "a") }()
+		eventually(t, "the lane is retiring", h.state(func(s *Supervisor) bool { return s.models["a"].state == retiring }))
+		close(spawnGate)
+		if err := <-retired; err != nil {
+			t.Fatal(err)
+		}
+		// The replacement was closed without ever serving anything.
+		if calls := h.spawner.worker(t, "a", 2).Calls(); !slices.Equal(calls, []string{"close"}) {
+			t.Fatalf("replacement calls %v, want only close", calls)
+		}
+	})
+}
+
+func TestRetirementDrainsInFlightWorkAndRefundsOnlyAfterExit(t *testing.T) {
+	h := newHarness(t, 100)
+	exit := make(chan struct{})
+	h.spawner.configure = func(w *fakeWorker) { w.exitGate = exit }
+	h.load("a")
+	l := h.resident("a", 128)
+
+	retired := make(chan error, 1)
+	go func() { retired <- h.s.Retire(h.ctx, "a") }()
+	eventually(t, "the lane is retiring", h.state(func(s *Supervisor) bool { return s.models["a"].state == retiring }))
+	// No new leases, not even of a resident shape.
+	if _, err := h.s.Acquire(h.ctx, "a", 128, time.Time{}); refusal.CodeOf(err) != refusal.LaneRetired {
+		t.Fatalf("a new lease on a retiring lane: %v", err)
+	}
+	// In-flight work finishes on the still-open channel.
+	if _, err := l.Exchange(context.Background(), []byte("q")); err != nil {
+		t.Fatalf("in-flight exchange during retirement: %v", err)
+	}
+	w := h.spawner.worker(t, "a", 1)
+	if slices.Contains(w.Calls(), "close") {
+		t.Fatal("the channel was closed before in-flight work drained")
+	}
+	l.Release()
+	eventually(t, "the drained worker was closed", func() bool { return slices.Contains(w.Calls(), "close") })
+	if used := h.s.Used(); used != 22 {
+		t.Fatalf("charged %d before the exit is confirmed, want 22", used)
+	}
+	close(exit)
+	if err := <-retired; err != nil {
+		t.Fatal(err)
+	}
+	if used := h.s.Used(); used != 0 {
+		t.Fatalf("charged %d after the confirmed exit, want 0", used)
+	}
+}
+
+func TestOneFaultRestartsItsGenerationExactlyOnce(t *testing.T) {
+	h := newHarness(t, 100)
+	h.load("a")
+	h.resident("a", 128).Release()
+	// Two leases fail on the same broken worker: one restart.
+	l1, _ := h.s.Acquire(h.ctx, "a", 128, time.Time{})
+	l2, _ := h.s.Acquire(h.ctx, "a", 128, time.Time{})
+	w := h.spawner.worker(t, "a", 1)
+	w.mu.Lock()
+	w.nextExchangeErr = errBrokenPipe
+	w.mu.Unlock()
+	_, err1 := l1.Exchange(context.Background(), nil)
+	w.exit() // the process died: the second exchange fails too
+	w.mu.Lock()
+	w.nextExchangeErr = errBrokenPipe
+	w.mu.Unlock()
+	_, err2 := l2.Exchange(context.Background(), nil)
+	if refusal.CodeOf(err1) != refusal.EngineCrashed || refusal.CodeOf(err2) != refusal.EngineCrashed {
+		t.Fatalf("faulted exchanges answered %v and %v, want engine_crashed (never replayed)", err1, err2)
+	}
+	if n := len(slices.DeleteFunc(w.Calls(), func(c string) bool { return c != "exchange 128" })); n != 2 {
+		t.Fatalf("%d exchanges reached the worker, want each exactly once", n)
+	}
+	l1.Release()
+	l2.Release()
+	eventually(t, "generation 2 is connected", h.state(func(s *Supervisor) bool { return s.models["a"].gen == 2 && s.models["a"].state == running }))
+	if n := h.spawner.spawned("a"); n != 2 {
+		t.Fatalf("%d workers spawned, want the first and one replacement", n)
+	}
+	// Every slot of the old process was released.
+	if used := h.s.Used(); used != 0 {
+		t.Fatalf("charged %d after recovery, want 0", used)
+	}
+}
+
+func TestAStaleFaultAfterRecoveryDoesNotRestartTheRestoredOwner(t *testing.T) {
+	h := newHarness(t, 100)
+	h.load("a")
+	stale := h.resident("a", 128) // a lease of generation 1, faulted below but released late
+	w := h.spawner.worker(t, "a", 1)
+	w.mu.Lock()
+	w.nextExchangeErr = errBrokenPipe
+	w.mu.Unlock()
+	if _, err := stale.Exchange(context.Background(), nil); err == nil {
+		t.Fatal("the exchange did not fail")
+	}
+	// Another lease of generation 1 reports the fault first and recovery completes.
+	if err := h.faultAnExchange("a", 1); err == nil {
+		t.Fatal("no fault")
+	}
+	eventually(t, "generation 2 is connected", h.state(func(s *Supervisor) bool { return s.models["a"].gen == 2 && s.models["a"].state == running }))
+	stale.Release()
+	h.resident("a", 128).Release() // the restored owner serves
+	if n := h.spawner.spawned("a"); n != 2 {
+		t.Fatalf("%d workers spawned: the stale fault restarted the restored owner", n)
+	}
+	if calls := h.spawner.worker(t, "a", 2).Calls(); slices.Contains(calls, "close") {
+		t.Fatalf("generation 2 was closed: %v", calls)
+	}
+}
+
+func TestAFailedAdmissionKeepsTheCompileGateAndBudgetUntilTheOldProcessExitIsConfirmed(t *testing.T) {
+	h := newHarness(t, 100)
+	exit := make(chan struct{})
+	h.spawner.configure = func(w *fakeWorker) {
+		if w.gen == 1 && w.lane == "a" {
+			w.exitGate = exit
+			w.nextAdmitErr = errBrokenPipe
+		}
+	}
+	h.load("a")
+	h.load("b")
+	ra := h.acquire("a", 128)
+	h.admitWaiting()
+	if a := h.got(ra); refusal.CodeOf(a.err) != refusal.EngineCrashed {
+		t.Fatalf("failed admission answered %v", a.err)
+	}
+	rb := h.acquire("b", 128)
+	h.admitWaiting()
+	if !pending(rb) || h.s.Used() != 22 {
+		t.Fatalf("b was admitted (used %d) while a's failed admission should hold the gate", h.s.Used())
+	}
+	// Released at the confirmed exit, even though the replacement fails to start.
+	h.spawner.mu.Lock()
+	h.spawner.nextSpawnErr = errors.New("exec: no such file")
+	h.spawner.mu.Unlock()
+	close(exit)
+	if b := h.got(rb); b.err != nil {
+		t.Fatal(b.err)
+	} else {
+		b.lease.Release()
+	}
+	if used := h.s.Used(); used != 22 {
+		t.Fatalf("charged %d, want only b's 22", used)
+	}
+}
+
+func TestAnUnknownOutcomeHoldsTheCompileGateAtMost35SecondsAfterItsRestartBegan(t *testing.T) {
+	h := newHarness(t, 100)
+	exit := make(chan struct{}) // never opened: the exit is never confirmed
+	h.spawner.configure = func(w *fakeWorker) {
+		if w.lane == "a" {
+			w.exitGate = exit
+			w.unkillable = true
+			w.nextAdmitErr = errBrokenPipe
+		}
+	}
+	h.load("a")
+	h.load("b")
+	ra := h.acquire("a", 128)
+	h.admitWaiting()
+	h.got(ra)
+	began := h.clk.Now()
+	rb := h.acquire("b", 128)
+	h.admitWaiting()
+
+	// After ExitGrace the wedged worker is killed, which does not confirm its exit either:
+	// the gate stays held.
+	eventually(t, "recovery closed the worker", func() bool { return slices.Contains(h.spawner.worker(t, "a", 1).Calls(), "close") })
+	// Two things wait on the clock now: the scheduler (the 35 s gate hold) and the exit
+	// watcher (its grace).
+	eventually(t, "the exit watcher waits out its grace", func() bool { return h.clk.Waiters() >= 2 })
+	h.clk.Step(ExitGrace)
+	eventually(t, "the worker was killed after its exit grace", func() bool { return slices.Contains(h.spawner.worker(t, "a", 1).Calls(), "kill") })
+	almost := began.Add(UnknownOutcomeGateHold - time.Millisecond)
+	h.clk.Step(almost.Sub(h.clk.Now()))
+	if h.state(func(s *Supervisor) bool { return s.queue.Running() == nil || s.gateHold.IsZero() })() {
+		t.Fatal("the gate was freed before 35 s")
+	}
+	h.clk.Step(time.Millisecond)
+	if b := h.got(rb); b.err != nil {
+		t.Fatal(b.err)
+	} else {
+		b.lease.Release()
+	}
+	// The budget of the unconfirmed process stays charged.
+	if used := h.s.Used(); used != 44 {
+		t.Fatalf("charged %d, want a's unconfirmed 22 plus b's 22", used)
+	}
+}
+
+func TestAWorkerAnsweringAnAdmissionWithAnErrorFreesTheGateAtOnceWithoutRestart(t *testing.T) {
+	h := newHarness(t, 100)
+	h.spawner.configure = func(w *fakeWorker) {
+		if w.lane == "a" {
+			w.nextAdmitErr = &WorkerError{Code: "ane_resources_exhausted", Message: "the device address window is full"}
+		}
+	}
+	h.load("a")
+	ra := h.acquire("a", 128)
+	h.admitWaiting()
+	if a := h.got(ra); refusal.CodeOf(a.err) != refusal.ResourcesExhausted {
+		t.Fatalf("got %v, want ane_resources_exhausted", a.err)
+	}
+	if h.s.Used() != 0 || h.state(func(s *Supervisor) bool { return s.queue.Running() != nil })() {
+		t.Fatal("the refused admission kept its budget or the gate")
+	}
+	if n := h.spawner.spawned("a"); n != 1 {
+		t.Fatalf("%d workers spawned, want no restart", n)
+	}
+}
+
+func TestIfTheSchedulerStopsEveryRequestIsAnsweredEngineCrashedWithTheLaneID(t *testing.T) {
+	h := newHarness(t, 100)
+	h.load("a")
+	waiting := h.acquire("a", 128)
+	eventually(t, "the request waits", h.state(func(s *Supervisor) bool { return len(s.waiting) == 1 }))
+	h.s.post(func(time.Time) { panic("scheduler bug") })
+	for _, a := range []acquired{h.got(waiting), func() acquired {
+		l, err := h.s.Acquire(context.Background(), "a", 128, time.Time{})
+		return acquired{l, err}
+	}()} {
+		var r *refusal.Error
+		if !errors.As(a.err, &r) || r.Code != refusal.EngineCrashed || r.Lane != "a" {
+			t.Fatalf("got %v, want engine_crashed for lane a", a.err)
+		}
+	}
+}
