@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -227,7 +228,7 @@ func (f *fakeSpawner) Spawn(ctx context.Context, spec ModelSpec, gen int64) (Wor
 }
 
 // worker returns the gen-th worker spawned for lane.
-func (f *fakeSpawner) worker(t *testing.T, lane string, gen int64) *fakeWorker {
+func (f *fakeSpawner) worker(t testing.TB, lane string, gen int64) *fakeWorker {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -254,7 +255,7 @@ func (f *fakeSpawner) spawned(lane string) int {
 
 // harness runs a supervisor on a fake clock.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	clk     *clocktesting.FakeClock
 	s       *Supervisor
 	spawner *fakeSpawner
@@ -263,11 +264,15 @@ type harness struct {
 
 var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-func newHarness(t *testing.T, budget int) *harness {
+func newHarness(t testing.TB, budget int) *harness {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(epoch)
 	sp := &fakeSpawner{clk: clk}
-	s := New(Config{Clock: clk, Spawner: sp, Log: testr.New(t), Budget: budget, CertifyObservation: true})
+	log := logr.Discard()
+	if tt, ok := t.(*testing.T); ok {
+		log = testr.New(tt)
+	}
+	s := New(Config{Clock: clk, Spawner: sp, Log: log, Budget: budget, CertifyObservation: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Run(ctx) }()
@@ -305,7 +310,7 @@ func (h *harness) acquire(lane string, rung int) <-chan acquired {
 
 // eventually polls cond until it holds; it fails the test after 10 s of real time. It waits
 // for goroutines to reach a state, never for time to pass.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

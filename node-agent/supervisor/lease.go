@@ -109,7 +109,11 @@ func (l *Lease) Release() {
 	if fault != nil {
 		s.events = append(s.events, func(now time.Time) { s.fault(now, l.m, l.gen, fault) })
 	}
-	s.wake()
+	// A release matters to the scheduler only if something waits for budget or a drain, or
+	// the shape's cohort may be done; otherwise the hot path leaves it asleep.
+	if fault != nil || s.starved || len(s.blocked) > 0 || l.m.state != running || l.sh.cohort != nil || s.queue.Head() != nil {
+		s.wake()
+	}
 }
 
 // Acquire leases rung of lane's model for one request whose absolute deadline is deadline.
