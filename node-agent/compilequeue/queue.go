@@ -289,6 +289,16 @@ func (q *Queue) Drop(j *Job) []Ticket {
 	return j.Waiters()
 }
 
+// StartBackground takes the compile gate for an admission no request waits for (prewarm)
+// and returns its running job. Callers check that the gate is free and nothing is queued:
+// background work runs only when no request waits.
+func (q *Queue) StartBackground(now time.Time, owner string, shape Shape, layers int, cached bool) *Job {
+	j := &Job{Owner: owner, Shape: shape, Layers: layers, Arrival: now,
+		Prediction: q.costs.Predict(shape, layers, cached), waiters: map[Ticket]waiter{}}
+	q.running, q.startedAt = j, now
+	return j
+}
+
 // Start moves j from the queue to the running slot: the compile gate is now held.
 func (q *Queue) Start(now time.Time, j *Job) {
 	q.queued = slices.DeleteFunc(q.queued, func(o *Job) bool { return o == j })

@@ -34,11 +34,15 @@ type gateOwner struct {
 // startAdmission reserves the job's budget and shape slot, takes the compile gate and sends
 // the admission to the worker.
 func (s *Supervisor) startAdmission(now time.Time, j *compilequeue.Job) {
-	m := s.models[j.Owner]
+	s.queue.Start(now, j)
+	s.admit(now, s.models[j.Owner], j)
+}
+
+// admit reserves the running job's charge and shape slot and sends it to the worker.
+func (s *Supervisor) admit(now time.Time, m *model, j *compilequeue.Job) {
 	sh := &shape{rung: j.Shape.Rung, state: admitting, charge: j.Layers}
 	m.shapes[sh.rung] = sh
 	s.used += sh.charge
-	s.queue.Start(now, j)
 	m.busy++
 	st, gen := m.stream, m.gen
 	go func() {
@@ -63,16 +67,17 @@ func (s *Supervisor) startAdmission(now time.Time, j *compilequeue.Job) {
 func (s *Supervisor) admitted(now time.Time, m *model, gen int64, sh *shape, j *compilequeue.Job, got Admission, err error, took time.Duration) {
 	m.busy--
 	lane := m.spec.Lane
+	kind := compilequeue.Compile
+	if got.CompiledLayers != nil && *got.CompiledLayers == 0 {
+		kind = compilequeue.Load
+	}
+	defer s.prewarmAdmitted(now, m, j, kind, err)
 	var we *WorkerError
 	switch {
 	case err == nil && m.gen == gen && m.state != retired:
 		s.queue.Finish()
 		sh.state = resident
 		sh.lastUsed = now
-		kind := compilequeue.Compile
-		if got.CompiledLayers != nil && *got.CompiledLayers == 0 {
-			kind = compilequeue.Load
-		}
 		s.queue.Costs().Observe(compilequeue.Observation{Shape: j.Shape, Layers: j.Layers, Duration: took, Kind: kind})
 		m.cached[sh.rung] = true // aned holds what was just compiled or loaded
 		if s.certify {

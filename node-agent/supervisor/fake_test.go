@@ -35,9 +35,10 @@ var errBrokenPipe = errors.New("write |1: broken pipe")
 // fakeWorker is a hand-written Worker that records calls and takes its time on the fake
 // clock. Its knobs are one-shot errors and gates that hold a call until the test opens them.
 type fakeWorker struct {
-	clk  *clocktesting.FakeClock
-	lane string
-	gen  int64
+	clk     *clocktesting.FakeClock
+	spawner *fakeSpawner
+	lane    string
+	gen     int64
 
 	mu       sync.Mutex
 	calls    []string
@@ -65,9 +66,15 @@ type fakeWorker struct {
 }
 
 func (w *fakeWorker) record(format string, args ...any) {
+	call := fmt.Sprintf(format, args...)
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.calls = append(w.calls, fmt.Sprintf(format, args...))
+	w.calls = append(w.calls, call)
+	w.mu.Unlock()
+	if w.spawner != nil {
+		w.spawner.mu.Lock()
+		w.spawner.calls = append(w.spawner.calls, w.lane+": "+call)
+		w.spawner.mu.Unlock()
+	}
 }
 
 func (w *fakeWorker) Calls() []string {
@@ -203,6 +210,27 @@ type fakeSpawner struct {
 	gate         chan struct{}
 	nextSpawnErr error
 	cached       []int
+	// calls are every worker's calls, machine-wide, in order, as "lane: call".
+	calls []string
+}
+
+// machineCalls returns every worker's calls in the order they happened.
+func (f *fakeSpawner) machineCalls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+// find returns the gen-th worker spawned for lane, or nil.
+func (f *fakeSpawner) find(lane string, gen int64) *fakeWorker {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, w := range f.workers {
+		if w.lane == lane && w.gen == gen {
+			return w
+		}
+	}
+	return nil
 }
 
 func (f *fakeSpawner) Spawn(ctx context.Context, spec ModelSpec, gen int64) (Worker, []int, error) {
@@ -218,7 +246,7 @@ func (f *fakeSpawner) Spawn(ctx context.Context, spec ModelSpec, gen int64) (Wor
 		f.nextSpawnErr = nil
 		return nil, nil, err
 	}
-	w := &fakeWorker{clk: f.clk, lane: spec.Lane, gen: gen, resident: map[int]bool{}, admitCost: map[int]time.Duration{},
+	w := &fakeWorker{clk: f.clk, spawner: f, lane: spec.Lane, gen: gen, resident: map[int]bool{}, admitCost: map[int]time.Duration{},
 		evictedAt: map[int]time.Time{}, exited: make(chan struct{})}
 	if f.configure != nil {
 		f.configure(w)
@@ -230,15 +258,11 @@ func (f *fakeSpawner) Spawn(ctx context.Context, spec ModelSpec, gen int64) (Wor
 // worker returns the gen-th worker spawned for lane.
 func (f *fakeSpawner) worker(t testing.TB, lane string, gen int64) *fakeWorker {
 	t.Helper()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, w := range f.workers {
-		if w.lane == lane && w.gen == gen {
-			return w
-		}
+	w := f.find(lane, gen)
+	if w == nil {
+		t.Fatalf("no worker generation %d of %s was spawned", gen, lane)
 	}
-	t.Fatalf("no worker generation %d of %s was spawned", gen, lane)
-	return nil
+	return w
 }
 
 func (f *fakeSpawner) spawned(lane string) int {

@@ -59,6 +59,10 @@ type model struct {
 	// consecutive failures for the backoff.
 	spawnRetryAt  time.Time
 	spawnFailures int
+	// prewarmRungs are loaded in the background once the lane is ready; prewarm is the
+	// current generation's progress.
+	prewarmRungs []int
+	prewarm      *prewarm
 }
 
 // owner names the model in the compile queue. It is the lane, not the generation: a

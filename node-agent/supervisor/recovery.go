@@ -163,6 +163,7 @@ func (s *Supervisor) Retire(ctx context.Context, lane string) error {
 	if m.retireDone == nil {
 		m.retireDone = make(chan struct{})
 		m.state = retiring
+		s.cancelPrewarm(s.clk.Now(), m)
 		for _, j := range s.queue.DropOwner(m.owner()) {
 			s.answerJob(j.Waiters(), func(w *waiter) error {
 				return refusal.New(refusal.LaneRetired, lane, "the lane is being unloaded from this node")

@@ -96,6 +96,9 @@ func (s *Supervisor) schedule(now time.Time) time.Time {
 			s.blocked = append(s.blocked, w)
 		}
 	}
+
+	// Lowest priority: background prewarm, only when every request has what it needs.
+	s.drivePrewarm(now)
 	return next
 }
 
