@@ -90,6 +90,10 @@ type Job struct {
 	Arrival    time.Time
 	Prediction Prediction
 
+	// Retried is set on a job put back after the device refused it for resources; its
+	// duration is never learned.
+	Retried bool
+
 	waiters map[Ticket]waiter
 	// The last promise made to a request, accepted or refused: the delay and when it was
 	// made. A job nobody waits for is dropped after twice that delay.
@@ -297,6 +301,13 @@ func (q *Queue) StartBackground(now time.Time, owner string, shape Shape, layers
 		Prediction: q.costs.Predict(shape, layers, cached), waiters: map[Ticket]waiter{}}
 	q.running, q.startedAt = j, now
 	return j
+}
+
+// Retry puts a job the device refused for resources back at the head of the queue, with its
+// waiters, after the supervisor has evicted to make room. It is retried once.
+func (q *Queue) Retry(j *Job) {
+	j.Retried = true
+	q.queued = slices.Insert(q.queued, 0, j)
 }
 
 // Start moves j from the queue to the running slot: the compile gate is now held.

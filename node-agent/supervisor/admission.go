@@ -78,7 +78,7 @@ func (s *Supervisor) admitted(now time.Time, m *model, gen int64, sh *shape, j *
 		s.queue.Finish()
 		sh.state = resident
 		sh.lastUsed = now
-		s.queue.Costs().Observe(compilequeue.Observation{Shape: j.Shape, Layers: j.Layers, Duration: took, Kind: kind})
+		s.queue.Costs().Observe(compilequeue.Observation{Shape: j.Shape, Layers: j.Layers, Duration: took, Kind: kind, Retried: j.Retried})
 		m.cached[sh.rung] = true // aned holds what was just compiled or loaded
 		if s.certify {
 			s.admittedCount++
@@ -107,6 +107,18 @@ func (s *Supervisor) admitted(now time.Time, m *model, gen int64, sh *shape, j *
 		code := refusal.WorkerRefused
 		if we.Code == string(refusal.ResourcesExhausted) {
 			code = refusal.ResourcesExhausted
+			// The device is full beyond our own budget: evict one shape and retry once.
+			if !j.Retried && !m.prewarming(j) {
+				if c := s.candidates(now); len(c) > 0 {
+					s.log.Info("the device refused an admission for resources; evicting and retrying", "lane", lane, "rung", sh.rung,
+						"victim", c[0].m.spec.Lane, "victimRung", c[0].sh.rung)
+					// The retry waits for the release to be acknowledged: until then the device
+					// is as full as it was.
+					c[0].sh.thenRetry = j
+					s.evict(c[0].m, c[0].sh)
+					return
+				}
+			}
 		}
 		s.log.Info("the worker refused an admission", "lane", lane, "rung", sh.rung, "code", we.Code)
 		s.answerJob(j.Waiters(), func(w *waiter) error { return refusal.New(code, lane, "admitting rung %d: %s", sh.rung, we.Message) })

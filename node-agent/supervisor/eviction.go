@@ -155,6 +155,10 @@ func (s *Supervisor) evict(m *model, sh *shape) {
 // evicted applies an eviction's outcome.
 func (s *Supervisor) evicted(now time.Time, m *model, gen int64, sh *shape, err error) {
 	m.busy--
+	if j := sh.thenRetry; j != nil {
+		sh.thenRetry = nil
+		s.queue.Retry(j)
+	}
 	switch {
 	case err == nil:
 		if m.shapes[sh.rung] == sh {

@@ -58,6 +58,8 @@ type fakeWorker struct {
 
 	nextAdmitErr, nextEvictErr, nextExchangeErr, nextInventoryErr error
 	evictedAt                                                     map[int]time.Time
+	// admitErrs answer the next admissions, in order.
+	admitErrs []error
 
 	exited     chan struct{}
 	exitOnce   sync.Once
@@ -99,6 +101,14 @@ func (w *fakeWorker) takeErr(p *error) error {
 
 func (w *fakeWorker) Admit(ctx context.Context, rung int) (Admission, error) {
 	w.record("admit %d", rung)
+	w.mu.Lock()
+	if len(w.admitErrs) > 0 {
+		err := w.admitErrs[0]
+		w.admitErrs = w.admitErrs[1:]
+		w.mu.Unlock()
+		return Admission{}, err
+	}
+	w.mu.Unlock()
 	if err := w.takeErr(&w.nextAdmitErr); err != nil {
 		return Admission{}, err
 	}

@@ -337,3 +337,39 @@ func TestIfTheSchedulerStopsEveryRequestIsAnsweredEngineCrashedWithTheLaneID(t *
 		}
 	}
 }
+
+func TestALoadTheDeviceRefusesForResourcesEvictsAndRetriesOnce(t *testing.T) {
+	h := newHarness(t, 100)
+	h.load("a")
+	h.load("b")
+	h.resident("a", 128).Release()
+	b := h.spawner.worker(t, "b", 1)
+	b.mu.Lock()
+	b.nextAdmitErr = &WorkerError{Code: "ane_resources_exhausted", Message: "0x20004: the device address window is full"}
+	b.mu.Unlock()
+	req := h.acquire("b", 128)
+	h.admitWaiting()
+	r := h.got(req)
+	if r.err != nil {
+		t.Fatalf("got %v, want the admission retried after an eviction", r.err)
+	}
+	r.lease.Release()
+	if calls := h.spawner.machineCalls(); !slices.Equal(calls[len(calls)-3:], []string{"b: admit 128", "a: evict 128", "b: admit 128"}) {
+		t.Fatalf("machine calls %v, want admit, evict, admit", calls)
+	}
+	if n := h.spawner.spawned("b"); n != 1 {
+		t.Fatalf("%d workers spawned, want no restart", n)
+	}
+	// Refused twice: the request is answered with the refusal.
+	b.mu.Lock()
+	b.admitErrs = []error{
+		&WorkerError{Code: "ane_resources_exhausted", Message: "full"},
+		&WorkerError{Code: "ane_resources_exhausted", Message: "still full"},
+	}
+	b.mu.Unlock()
+	req = h.acquire("b", 256)
+	h.admitWaiting()
+	if r := h.got(req); refusal.CodeOf(r.err) != refusal.ResourcesExhausted {
+		t.Fatalf("got %v, want ane_resources_exhausted after one retry", r.err)
+	}
+}

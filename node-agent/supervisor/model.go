@@ -97,6 +97,9 @@ type shape struct {
 	leases   int
 	lastUsed time.Time
 	cohort   *cohort
+	// thenRetry is an admission the device refused for resources, retried once this shape's
+	// release is acknowledged.
+	thenRetry *compilequeue.Job
 }
 
 // cohort is the closed set of tickets that joined an admission while it ran. Until every

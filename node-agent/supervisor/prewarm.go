@@ -122,6 +122,9 @@ func (s *Supervisor) drivePrewarm(now time.Time) {
 	}
 }
 
+// prewarming reports whether j is m's prewarm admission.
+func (m *model) prewarming(j *compilequeue.Job) bool { return m.prewarm != nil && m.prewarm.job == j }
+
 // quiet: no shape of the lane is leased, no request is on its way from a handoff answer to its
 // lease, and its worker's stream is idle.
 func (s *Supervisor) quiet(now time.Time, m *model) bool {
@@ -137,10 +140,10 @@ func (s *Supervisor) quiet(now time.Time, m *model) bool {
 // with a warning and no restart; one of unknown outcome restarts the worker as any admission
 // does, which ends this generation's prewarm.
 func (s *Supervisor) prewarmAdmitted(now time.Time, m *model, j *compilequeue.Job, kind compilequeue.Kind, err error) {
-	p := m.prewarm
-	if p == nil || p.job != j {
+	if !m.prewarming(j) {
 		return
 	}
+	p := m.prewarm
 	p.job = nil
 	switch {
 	case err == nil:
