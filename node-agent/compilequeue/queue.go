@@ -82,6 +82,13 @@ func (w waiter) limit() time.Time {
 	return w.boundAt
 }
 
+// refuse answers a waiter that cannot be served in time: with a deadline error once its own
+// deadline has passed, otherwise shape_compiling with the fresh predicted delay.
+func refuse(now time.Time, j *Job, t Ticket, w waiter, ready time.Time) Refusal {
+	return Refusal{Ticket: t, Job: j, RetryAfter: ready.Sub(now),
+		DeadlineExceeded: !w.deadline.IsZero() && !now.Before(w.deadline)}
+}
+
 // Job is one shape admission, queued or running. Requests for the same (owner, shape) join it.
 type Job struct {
 	Owner      string
@@ -280,8 +287,7 @@ func (q *Queue) CheckHead(now time.Time, j *Job) []Refusal {
 	for _, t := range j.Waiters() {
 		if w := j.waiters[t]; ready.After(w.limit()) {
 			delete(j.waiters, t)
-			refused = append(refused, Refusal{Ticket: t, Job: j, RetryAfter: ready.Sub(now),
-				DeadlineExceeded: !w.deadline.IsZero() && !now.Before(w.deadline)})
+			refused = append(refused, refuse(now, j, t, w, ready))
 		}
 	}
 	return refused
@@ -387,9 +393,7 @@ func (q *Queue) Expire(now time.Time) (dropped []*Job, refused []Refusal, next t
 				continue
 			}
 			delete(j.waiters, t)
-			missed := !w.deadline.IsZero() && !now.Before(w.deadline)
-			refused = append(refused, Refusal{Ticket: t, Job: j, DeadlineExceeded: missed,
-				RetryAfter: q.ReadyAt(now, j).Sub(now)})
+			refused = append(refused, refuse(now, j, t, w, q.ReadyAt(now, j)))
 		}
 	}
 	q.queued = slices.DeleteFunc(q.queued, func(j *Job) bool {
