@@ -6,11 +6,15 @@ ENVTEST_K8S_VERSION ?= 1.37.2
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.1
 HELM_VERSION ?= v3.22.0
+BUF_VERSION ?= v1.75.0
+PROTOC_GEN_GO_VERSION ?= v1.36.12
 
 LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
+BUF ?= $(LOCALBIN)/buf-$(BUF_VERSION)
+PROTOC_GEN_GO ?= $(LOCALBIN)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION)
 # A caller may point envtest at binaries of its own.
 KUBEBUILDER_ASSETS ?= $(LOCALBIN)/k8s/$(ENVTEST_K8S_VERSION)
 export KUBEBUILDER_ASSETS
@@ -42,6 +46,10 @@ manifests: controller-gen ## Generate the CRDs and RBAC, and copy the CRDs into 
 generate: controller-gen ## Generate the deepcopy code.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
+.PHONY: proto
+proto: buf protoc-gen-go ## Generate the worker protocol's Go code from node-agent/protocol.
+	cd node-agent/protocol && $(BUF) generate
+
 .PHONY: fmt
 fmt: ## Run go fmt.
 	go fmt ./...
@@ -58,12 +66,21 @@ test: envtest vet ## Run every test suite (unit, envtest, e2e) with the race det
 .PHONY: bench
 bench: ## Run the benchmarks.
 	go test -run '^$$' -bench . -benchmem ./...
+	go test -run '^$$' -bench LeaseResident -benchmem -cpu 1,2 ./node-agent/supervisor
+
+FUZZTIME ?= 10m
+
+.PHONY: fuzz
+fuzz: ## Fuzz the protocol's frame decoder for FUZZTIME (CI runs the corpus as plain tests).
+	go test -run '^$$' -fuzz FuzzReadFrame -fuzztime $(FUZZTIME) ./node-agent/protocol
+
+GENERATED_PATHS := api config charts node-agent/protocol
 
 .PHONY: verify
-verify: manifests generate kustomize ## Regenerate everything, fail if a committed file is stale, build the kustomizations.
-	@if ! git diff --quiet -- api config charts || [ -n "$$(git ls-files --others --exclude-standard -- api config charts)" ]; then \
-		echo "generated files are stale; run 'make manifests generate' and commit:"; \
-		git --no-pager diff --stat -- api config charts; git ls-files --others --exclude-standard -- api config charts; exit 1; fi
+verify: manifests generate proto kustomize ## Regenerate everything, fail if a committed file is stale, build the kustomizations.
+	@if ! git diff --quiet -- $(GENERATED_PATHS) || [ -n "$$(git ls-files --others --exclude-standard -- $(GENERATED_PATHS))" ]; then \
+		echo "generated files are stale; run 'make manifests generate proto' and commit:"; \
+		git --no-pager diff --stat -- $(GENERATED_PATHS); git ls-files --others --exclude-standard -- $(GENERATED_PATHS); exit 1; fi
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@for k in config/default config/samples config/prometheus; do $(KUSTOMIZE) build $$k >/dev/null || { echo "kustomize build $$k failed"; exit 1; }; done
 
@@ -101,6 +118,16 @@ $(CONTROLLER_GEN):
 kustomize: $(KUSTOMIZE)
 $(KUSTOMIZE):
 	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION),kustomize)
+
+.PHONY: buf
+buf: $(BUF)
+$(BUF):
+	$(call go-install-tool,$(BUF),github.com/bufbuild/buf/cmd/buf,$(BUF_VERSION),buf)
+
+.PHONY: protoc-gen-go
+protoc-gen-go: $(PROTOC_GEN_GO)
+$(PROTOC_GEN_GO):
+	$(call go-install-tool,$(PROTOC_GEN_GO),google.golang.org/protobuf/cmd/protoc-gen-go,$(PROTOC_GEN_GO_VERSION),protoc-gen-go)
 
 .PHONY: helm
 helm: $(HELM)
