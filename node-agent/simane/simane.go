@@ -33,7 +33,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -78,6 +81,11 @@ type Config struct {
 	TempSpace int64
 	// LayerSourceBytes is what one compile writes to the temporary folder; zero means 4 MiB.
 	LayerSourceBytes int64
+	// Dir, when set, keeps aned's cache on disk under Dir and serialises compiles across
+	// processes with a lock file there, as the real aned and compiler do for every process of
+	// the machine: a restarted worker finds what its predecessor compiled. Empty keeps both in
+	// this process.
+	Dir string
 }
 
 // Machine is one simulated Mac: its Neural Engine and its aned.
@@ -87,6 +95,7 @@ type Machine struct {
 	limit    int
 	srcBytes int64
 	compiler sync.Mutex // the machine-wide compiler: one layer at a time
+	dir      string
 
 	mu       sync.Mutex
 	cache    map[cacheKey]bool
@@ -113,7 +122,7 @@ type Faults struct {
 // New returns a machine with an empty cache and nothing resident.
 func New(cfg Config) *Machine {
 	m := &Machine{clk: cfg.Clock, scale: cfg.Scale, limit: cfg.ProgramLimit, srcBytes: cfg.LayerSourceBytes,
-		cache: map[cacheKey]bool{}, tempFree: cfg.TempSpace}
+		cache: map[cacheKey]bool{}, tempFree: cfg.TempSpace, dir: cfg.Dir}
 	if m.scale == 0 {
 		m.scale = 1
 	}
@@ -155,7 +164,39 @@ func (m *Machine) Stats() (compiles int, written int64, resident int) {
 func (m *Machine) Cached(signingID string, l Layer) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.cache[cacheKey{l.ContentID(), signingID}]
+	return m.cachedLocked(cacheKey{l.ContentID(), signingID})
+}
+
+func (m *Machine) cachedLocked(k cacheKey) bool {
+	if m.dir == "" {
+		return m.cache[k]
+	}
+	_, err := os.Stat(m.cachePath(k))
+	return err == nil
+}
+
+func (m *Machine) storeLocked(k cacheKey, present bool) error {
+	if m.dir == "" {
+		if present {
+			m.cache[k] = true
+		} else {
+			delete(m.cache, k)
+		}
+		return nil
+	}
+	p := m.cachePath(k)
+	if !present {
+		return os.Remove(p)
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(p, nil, 0o644)
+}
+
+// cachePath partitions aned's cache by signing identifier, as aned does.
+func (m *Machine) cachePath(k cacheKey) string {
+	return filepath.Join(m.dir, "aned", k.signingID, k.contentID)
 }
 
 // LayerCompileTime and LayerLoadTime follow the seed's measurements: a layer compiles in
@@ -186,11 +227,10 @@ type Outcome struct {
 func (m *Machine) Load(ctx context.Context, signingID string, l Layer) (Outcome, error) {
 	key := cacheKey{l.ContentID(), signingID}
 	m.mu.Lock()
-	cached := m.cache[key]
-	corrupt := cached && m.faults.CorruptNextCachedLoad
-	if corrupt {
+	cached := m.cachedLocked(key)
+	if cached && m.faults.CorruptNextCachedLoad {
 		m.faults.CorruptNextCachedLoad = false
-		delete(m.cache, key)
+		_ = m.storeLocked(key, false)
 		cached = false
 	}
 	m.mu.Unlock()
@@ -240,6 +280,13 @@ func (m *Machine) compile(ctx context.Context, key cacheKey, l Layer) error {
 
 	m.compiler.Lock()
 	defer m.compiler.Unlock()
+	if m.dir != "" {
+		unlock, err := m.lockCompiler()
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	m.mu.Lock()
 	m.written += m.srcBytes // model.mil and weights/weight.bin under the per-user temp folder
 	m.compiles++
@@ -257,9 +304,24 @@ func (m *Machine) compile(ctx context.Context, key cacheKey, l Layer) error {
 		return fmt.Errorf("compiling %s: %w", key.contentID, ErrCompileFailed)
 	}
 	m.mu.Lock()
-	m.cache[key] = true
-	m.mu.Unlock()
-	return nil
+	defer m.mu.Unlock()
+	return m.storeLocked(key, true)
+}
+
+// lockCompiler takes the machine-wide compiler lock shared by every process using Dir.
+func (m *Machine) lockCompiler() (func(), error) {
+	if err := os.MkdirAll(m.dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(m.dir, "compiler.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("taking the compiler lock: %w", err)
+	}
+	return func() { f.Close() }, nil
 }
 
 func (m *Machine) wait(ctx context.Context, d time.Duration) error {

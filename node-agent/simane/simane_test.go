@@ -190,3 +190,23 @@ func TestInjectedCompileFaults(t *testing.T) {
 		t.Fatalf("a hung compile answered %v after its context ended", err)
 	}
 }
+
+func TestTheOnDiskCacheSurvivesTheProcessAndIsSharedByTheMachine(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	dir := t.TempDir()
+	first := New(Config{Clock: clk, Dir: dir})
+	if _, err := finish(t, clk, load(first, signer, layer(0, 128))); err != nil {
+		t.Fatal(err)
+	}
+	// A new process (a restarted worker) on the same machine finds the program cached.
+	second := New(Config{Clock: clk, Dir: dir})
+	if !second.Cached(signer, layer(0, 128)) || second.Cached("a.out", layer(0, 128)) {
+		t.Fatal("the on-disk cache is not shared, or not partitioned by signing identifier")
+	}
+	if _, err := finish(t, clk, load(second, signer, layer(0, 128))); err != nil {
+		t.Fatal(err)
+	}
+	if compiles, _, _ := second.Stats(); compiles != 0 {
+		t.Fatalf("the restarted worker compiled %d layers its predecessor had compiled", compiles)
+	}
+}
