@@ -32,7 +32,8 @@ type Worker interface {
 	Admit(ctx context.Context, rung int) (Admission, error)
 	// Evict releases rung; it returns once the worker acknowledged the release.
 	Evict(ctx context.Context, rung int) error
-	// Exchange runs one inference request on resident rung.
+	// Exchange runs one inference request on resident rung. The payload and the reply are
+	// opaque to the supervisor (serialised protocol messages for a process worker).
 	Exchange(ctx context.Context, rung int, payload []byte) ([]byte, error)
 	// Inventory lists the rungs the worker holds resident.
 	Inventory(ctx context.Context) ([]int, error)
@@ -84,6 +85,9 @@ type ModelSpec struct {
 	// Identity is the model's certified identity: workers of the same identity compile the
 	// same programs, so they share cost measurements.
 	Identity string
+	// Model is the model's name; Dimensions the length of its output vectors.
+	Model      string
+	Dimensions int
 	// Layers is the number of per-layer executables one shape charges.
 	Layers int
 	// Rungs is the ladder, ascending.

@@ -1,0 +1,106 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command synapse-ane-worker runs one loaded model for the node agent: protocol v3 frames on
+// stdin and stdout, log lines on stderr. The agent starts one per model (a worker
+// generation) and passes the machine's lane lock as an inherited file, which this process
+// keeps open for as long as it can use the device.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/utils/clock"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/simane"
+	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
+)
+
+func main() {
+	backend := flag.String("backend", "", "ane (the Neural Engine, macOS on Apple silicon) or sim (the stand-in); required")
+	stateDir := flag.String("state-dir", "", "sim: where the stand-in keeps aned's cache and the compiler lock")
+	signingID := flag.String("signing-identifier", "synapse-ane-worker", "the code-signing identifier aned caches programs under")
+	simScale := flag.Float64("sim-scale", 1, "sim: multiplies every simulated compile and load time")
+	faults := flag.String("faults", os.Getenv("SYNAPSE_WORKER_FAULTS"), "test faults, for example crash:admit:2,malformed:execute:1,hang:evict:1")
+	flag.Parse()
+
+	if err := run(*backend, *stateDir, *signingID, *simScale, *faults); err != nil {
+		fmt.Fprintln(os.Stderr, "synapse-ane-worker:", err)
+		os.Exit(2)
+	}
+}
+
+func run(backendName, stateDir, signingID string, simScale float64, faultSpec string) error {
+	f, err := worker.ParseFaults(faultSpec)
+	if err != nil {
+		return err
+	}
+	var b worker.Backend
+	switch backendName {
+	case "ane":
+		if b, err = worker.NewANE(); err != nil {
+			return err
+		}
+	case "sim":
+		b = &worker.Sim{
+			Machine:   simane.New(simane.Config{Clock: clock.RealClock{}, Scale: simScale, Dir: stateDir}),
+			SigningID: signingID,
+			Clock:     clock.RealClock{},
+		}
+	default:
+		return fmt.Errorf("--backend must be ane or sim, got %q", backendName)
+	}
+	digest, err := selfDigest()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	s := &worker.Server{
+		Backend:  b,
+		Identity: worker.Identity{Backend: backendName, SigningIdentifier: signingID, BinaryDigest: digest},
+		Stderr:   os.Stderr,
+		Faults:   f,
+		Exit:     os.Exit,
+	}
+	return s.Serve(ctx, os.Stdin, os.Stdout)
+}
+
+// selfDigest is the SHA-256 of this executable, reported so identities can pin the binary.
+func selfDigest() (string, error) {
+	path, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}

@@ -1,0 +1,227 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"slices"
+	"sync"
+
+	"k8s.io/utils/clock"
+
+	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
+	"github.com/ck-synapse/synapse-fleet/node-agent/simane"
+)
+
+// Separator splits a rerank sequence into its query and its document.
+const Separator = 0
+
+// Sim is the sim backend: the model runs on the simane stand-in, and its outputs are real,
+// checkable numbers: an embedding is a deterministic function of the model identity and the
+// token ids, L2-normalised, of the model's dimension; a rerank score is the cosine of the
+// query's and the document's embeddings.
+type Sim struct {
+	Machine   *simane.Machine
+	SigningID string
+	Clock     clock.PassiveClock
+
+	mu       sync.Mutex
+	model    *pb.Load
+	resident map[uint32]int // rung -> layers loaded
+}
+
+func (s *Sim) layer(i int, rung uint32) simane.Layer {
+	return simane.Layer{Model: s.model.Identity, Index: i, Rung: int(rung), WeightsDigest: s.model.Identity + "/weights"}
+}
+
+// Load records the model and checks, for each rung, whether aned holds its first and last
+// layers: layers compile in order within one admission, so a cached last layer means the whole
+// rung was compiled once.
+func (s *Sim) Load(ctx context.Context, l *pb.Load) ([]uint32, error) {
+	if l.Layers == 0 || l.Dimensions == 0 || len(l.Rungs) == 0 {
+		return nil, &Error{Code: "invalid_model", Message: "the model needs layers, dimensions and rungs"}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.model = l
+	s.resident = map[uint32]int{}
+	cached := []uint32{}
+	for _, r := range l.Rungs {
+		if s.Machine.Cached(s.SigningID, s.layer(0, r)) && s.Machine.Cached(s.SigningID, s.layer(int(l.Layers)-1, r)) {
+			cached = append(cached, r)
+		}
+	}
+	return cached, nil
+}
+
+// Admit loads every layer of rung, from aned's cache where it can, compiling the rest.
+func (s *Sim) Admit(ctx context.Context, rung uint32) (Admission, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.model == nil {
+		return Admission{}, &Error{Code: "not_loaded", Message: "no model is loaded"}
+	}
+	if !slices.Contains(s.model.Rungs, rung) {
+		return Admission{}, &Error{Code: "unsupported_shape", Message: fmt.Sprintf("rung %d is not in the ladder %v", rung, s.model.Rungs)}
+	}
+	if _, ok := s.resident[rung]; ok {
+		return Admission{Layers: s.resident[rung], CacheHit: s.resident[rung]}, nil
+	}
+	start := s.Clock.Now()
+	var a Admission
+	for i := range int(s.model.Layers) {
+		out, err := s.Machine.Load(ctx, s.SigningID, s.layer(i, rung))
+		if err != nil {
+			for range a.Layers {
+				s.Machine.Unload()
+			}
+			a.Took = s.Clock.Since(start)
+			switch {
+			case errors.Is(err, simane.ErrResourcesExhausted):
+				return a, &Error{Code: "ane_resources_exhausted", Message: err.Error()}
+			case errors.Is(err, simane.ErrTempSpaceLow):
+				return a, &Error{Code: "ane_temp_space_low", Message: err.Error()}
+			case errors.Is(err, simane.ErrCompileFailed):
+				return a, &Error{Code: "compile_failed", Message: err.Error()}
+			}
+			return a, err
+		}
+		a.Layers++
+		if out.FromCache {
+			a.CacheHit++
+		} else {
+			a.Compiled++
+		}
+	}
+	a.Took = s.Clock.Since(start)
+	s.resident[rung] = a.Layers
+	return a, nil
+}
+
+// Evict releases a resident rung.
+func (s *Sim) Evict(rung uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.resident[rung]
+	if !ok {
+		return &Error{Code: "not_resident", Message: fmt.Sprintf("rung %d is not resident", rung)}
+	}
+	for range n {
+		s.Machine.Unload()
+	}
+	delete(s.resident, rung)
+	return nil
+}
+
+// Resident lists the resident rungs.
+func (s *Sim) Resident() []uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]uint32, 0, len(s.resident))
+	for r := range s.resident {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Execute computes the outputs of sequences on a resident rung. A sequence longer than the
+// rung is refused, never truncated.
+func (s *Sim) Execute(ctx context.Context, e *pb.Execute) (*pb.Reply, error) {
+	s.mu.Lock()
+	model := s.model
+	_, ok := s.resident[e.Rung]
+	s.mu.Unlock()
+	if !ok {
+		return nil, &Error{Code: "not_resident", Message: fmt.Sprintf("rung %d is not resident", e.Rung)}
+	}
+	reply := &pb.Reply{}
+	for i, seq := range e.Sequences {
+		if len(seq.TokenIds) == 0 || len(seq.TokenIds) > int(e.Rung) {
+			return nil, &Error{Code: "unsupported_shape", Message: fmt.Sprintf("sequence %d has %d tokens; rung %d takes 1 to %d", i, len(seq.TokenIds), e.Rung, e.Rung)}
+		}
+		switch e.Task {
+		case "embed":
+			reply.Vectors = append(reply.Vectors, &pb.Vector{Values: Embed(model.Identity, int(model.Dimensions), seq.TokenIds)})
+		case "rerank":
+			q, d, found := cut(seq.TokenIds)
+			if !found || len(q) == 0 || len(d) == 0 {
+				return nil, &Error{Code: "invalid_input", Message: fmt.Sprintf("rerank sequence %d is not query, separator, document", i)}
+			}
+			reply.Scores = append(reply.Scores, Score(model.Identity, int(model.Dimensions), q, d))
+		default:
+			return nil, &Error{Code: "invalid_input", Message: fmt.Sprintf("unknown task %q", e.Task)}
+		}
+	}
+	return reply, nil
+}
+
+func cut(tokens []uint32) (before, after []uint32, found bool) {
+	i := slices.Index(tokens, Separator)
+	if i < 0 {
+		return tokens, nil, false
+	}
+	return tokens[:i], tokens[i+1:], true
+}
+
+// Embed is the sim model's embedding: the sum over tokens of a pseudo-random vector per
+// (model, token), L2-normalised. Equal inputs give equal outputs on every machine.
+func Embed(identity string, dims int, tokens []uint32) []float32 {
+	h := fnv.New64a()
+	h.Write([]byte(identity))
+	seed := h.Sum64()
+	sum := make([]float64, dims)
+	for _, t := range tokens {
+		x := seed ^ uint64(t)*0x9e3779b97f4a7c15
+		for d := range sum {
+			x = splitmix(x)
+			sum[d] += float64(int64(x)) / math.MaxInt64
+		}
+	}
+	var norm float64
+	for _, v := range sum {
+		norm += v * v
+	}
+	norm = math.Sqrt(norm)
+	out := make([]float32, dims)
+	for d, v := range sum {
+		out[d] = float32(v / norm)
+	}
+	return out
+}
+
+// Score is the sim reranker's relevance of document to query: the cosine of their embeddings.
+func Score(identity string, dims int, query, document []uint32) float32 {
+	q, d := Embed(identity, dims, query), Embed(identity, dims, document)
+	var dot float64
+	for i := range q {
+		dot += float64(q[i]) * float64(d[i])
+	}
+	return float32(dot)
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+

@@ -1,0 +1,342 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package workerhost starts synapse-ane-worker processes and speaks protocol v3 to them: it
+// implements the supervisor's Spawner and Worker. Each worker inherits the lane lock, its
+// stderr lines are logged, its exit is confirmed by waiting on the process, and every call is
+// bounded in time: a call that times out kills the worker and is a fault of unknown outcome.
+package workerhost
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
+	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
+	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
+)
+
+// Config configures the host.
+type Config struct {
+	// Binary is the synapse-ane-worker executable.
+	Binary string
+	// Backend is ane or sim; it is passed as given, and a worker that cannot run it refuses.
+	Backend string
+	// StateDir holds the sim stand-in's aned cache.
+	StateDir string
+	// SimScale scales the stand-in's times.
+	SimScale float64
+	// Lock is the lane lock, inherited by every worker.
+	Lock *os.File
+	// Env is added to the worker's environment (for example injected faults).
+	Env []string
+	Log logr.Logger
+	// Clock times the calls' bounds.
+	Clock clock.Clock
+	// CallTimeout bounds a load, an execution, an eviction or an inventory; AdmitTimeout an
+	// admission, which may compile for minutes.
+	CallTimeout, AdmitTimeout time.Duration
+}
+
+// Host starts workers.
+type Host struct{ cfg Config }
+
+// New returns a host.
+func New(cfg Config) *Host {
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = 30 * time.Second
+	}
+	if cfg.AdmitTimeout == 0 {
+		cfg.AdmitTimeout = 30 * time.Minute
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &Host{cfg: cfg}
+}
+
+// Spawn starts generation gen of spec's worker, says hello and loads the model.
+func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) (supervisor.Worker, []int, error) {
+	args := []string{"--backend", h.cfg.Backend, "--state-dir", h.cfg.StateDir, "--sim-scale", fmt.Sprint(h.cfg.SimScale)}
+	cmd := exec.Command(h.cfg.Binary, args...)
+	// The native compiler needs the normal per-user temporary folder: no TMPDIR override.
+	cmd.Env = append(slicesWithout(os.Environ(), "TMPDIR="), h.cfg.Env...)
+	if h.cfg.Lock != nil {
+		cmd.ExtraFiles = []*os.File{h.cfg.Lock} // fd 3 in the worker
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("starting %s: %w", h.cfg.Binary, err)
+	}
+	log := h.cfg.Log.WithValues("lane", spec.Lane, "generation", gen, "pid", cmd.Process.Pid)
+	p := &Process{cmd: cmd, stdin: stdin, r: protocol.NewReader(stdout, 0), w: protocol.NewWriter(stdin, 0),
+		exited: make(chan struct{}), log: log, cfg: h.cfg}
+	stderrDone := make(chan struct{})
+	go p.logStderr(stderr, stderrDone)
+	go func() {
+		<-stderrDone // read everything the worker said before reaping it
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+
+	resp, err := p.call(ctx, h.cfg.CallTimeout, &pb.Request{Body: &pb.Request_Hello{Hello: &pb.Hello{ProtocolVersion: 3}}})
+	if err == nil {
+		if hello := resp.GetHello(); hello == nil || hello.Backend != h.cfg.Backend {
+			err = fmt.Errorf("the worker answered hello with %v, want backend %s", resp, h.cfg.Backend)
+		}
+	}
+	var loaded *pb.Loaded
+	if err == nil {
+		rungs := make([]uint32, len(spec.Rungs))
+		for i, r := range spec.Rungs {
+			rungs[i] = uint32(r)
+		}
+		resp, err = p.call(ctx, h.cfg.CallTimeout, &pb.Request{Body: &pb.Request_Load{Load: &pb.Load{
+			Lane: spec.Lane, Identity: spec.Identity, Model: spec.Model, Layers: uint32(spec.Layers),
+			Dimensions: uint32(spec.Dimensions), Rungs: rungs}}})
+		if err == nil && resp.GetLoaded() == nil {
+			err = fmt.Errorf("the worker answered load with %v", resp)
+		}
+		loaded = resp.GetLoaded()
+	}
+	if err != nil {
+		_ = p.Kill()
+		<-p.exited
+		return nil, nil, fmt.Errorf("worker generation %d of lane %s did not start: %w%s", gen, spec.Lane, err, p.lastWords())
+	}
+	// An older worker sends no ane_cached_shapes: nil, every rung is predicted as a compile.
+	var cached []int
+	if c := loaded.GetAneCachedShapes(); c != nil {
+		cached = []int{}
+		for _, r := range c.Rungs {
+			cached = append(cached, int(r))
+		}
+	}
+	return p, cached, nil
+}
+
+func slicesWithout(env []string, prefix string) []string {
+	out := env[:0:0]
+	for _, e := range env {
+		if !strings.HasPrefix(e, prefix) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Process is one worker process.
+type Process struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	r      *protocol.Reader
+	w      *protocol.Writer
+	nextID uint64
+	log    logr.Logger
+	cfg    Config
+
+	exited  chan struct{}
+	waitErr error
+
+	mu    sync.Mutex
+	tail  []string // the last stderr lines, for error messages
+	close sync.Once
+}
+
+func (p *Process) logStderr(r io.Reader, done chan<- struct{}) {
+	defer close(done)
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		p.log.Info(line)
+		p.mu.Lock()
+		p.tail = append(p.tail, line)
+		if len(p.tail) > 5 {
+			p.tail = p.tail[1:]
+		}
+		p.mu.Unlock()
+	}
+}
+
+func (p *Process) lastWords() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.tail) == 0 {
+		return ""
+	}
+	return "; it said: " + strings.Join(p.tail, " | ")
+}
+
+// errFault marks a fault of unknown outcome: the stream is broken and the worker recovers.
+var errFault = errors.New("worker fault")
+
+// call runs one exchange, bounded by timeout. A reply that is not the answer to this request,
+// a broken stream or a timeout is a fault; an Error frame is the worker's refusal.
+func (p *Process) call(ctx context.Context, timeout time.Duration, req *pb.Request) (*pb.Response, error) {
+	p.nextID++
+	req.Id = p.nextID
+	type result struct {
+		resp *pb.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		if err := p.w.Write(req); err != nil {
+			done <- result{err: err}
+			return
+		}
+		resp := &pb.Response{}
+		done <- result{resp: resp, err: p.r.Read(resp)}
+	}()
+	timer := p.cfg.Clock.NewTimer(timeout)
+	defer timer.Stop()
+	var res result
+	select {
+	case res = <-done:
+	case <-timer.C():
+		// The call may have run: its outcome is unknown. Kill the worker so its stream is not
+		// reused, and report a fault.
+		_ = p.Kill()
+		<-done
+		return nil, fmt.Errorf("%w: no answer within %s, worker killed", errFault, timeout)
+	case <-ctx.Done():
+		_ = p.Kill()
+		<-done
+		return nil, fmt.Errorf("%w: %v, worker killed", errFault, ctx.Err())
+	}
+	if res.err != nil {
+		return nil, fmt.Errorf("%w: %v%s", errFault, res.err, p.lastWords())
+	}
+	if res.resp.Id != req.Id {
+		return nil, fmt.Errorf("%w: reply %d to request %d", errFault, res.resp.Id, req.Id)
+	}
+	if e := res.resp.GetError(); e != nil {
+		return nil, &supervisor.WorkerError{Code: e.Code, Message: e.Message}
+	}
+	return res.resp, nil
+}
+
+// Admit implements supervisor.Worker.
+func (p *Process) Admit(ctx context.Context, rung int) (supervisor.Admission, error) {
+	resp, err := p.call(ctx, p.cfg.AdmitTimeout, &pb.Request{Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: uint32(rung)}}})
+	if err != nil {
+		return supervisor.Admission{}, err
+	}
+	a := resp.GetAdmitted()
+	if a == nil || a.Rung != uint32(rung) {
+		return supervisor.Admission{}, fmt.Errorf("%w: admit %d answered with %v", errFault, rung, resp)
+	}
+	var out supervisor.Admission
+	if a.CacheHitLayers != nil {
+		v := int(*a.CacheHitLayers)
+		out.CacheHitLayers = &v
+	}
+	if a.CompiledLayers != nil {
+		v := int(*a.CompiledLayers)
+		out.CompiledLayers = &v
+	}
+	return out, nil
+}
+
+// Evict implements supervisor.Worker.
+func (p *Process) Evict(ctx context.Context, rung int) error {
+	resp, err := p.call(ctx, p.cfg.CallTimeout, &pb.Request{Body: &pb.Request_Evict{Evict: &pb.Evict{Rung: uint32(rung)}}})
+	if err != nil {
+		return err
+	}
+	if r := resp.GetReleased(); r == nil || r.Rung != uint32(rung) {
+		return fmt.Errorf("%w: evict %d answered with %v", errFault, rung, resp)
+	}
+	return nil
+}
+
+// Exchange implements supervisor.Worker: payload is a serialised Execute, the reply a
+// serialised Reply.
+func (p *Process) Exchange(ctx context.Context, rung int, payload []byte) ([]byte, error) {
+	exec := &pb.Execute{}
+	if err := proto.Unmarshal(payload, exec); err != nil {
+		return nil, &supervisor.WorkerError{Code: "invalid_input", Message: err.Error()}
+	}
+	exec.Rung = uint32(rung)
+	resp, err := p.call(ctx, p.cfg.CallTimeout, &pb.Request{Body: &pb.Request_Execute{Execute: exec}})
+	if err != nil {
+		return nil, err
+	}
+	reply := resp.GetReply()
+	if reply == nil {
+		return nil, fmt.Errorf("%w: execute answered with %v", errFault, resp)
+	}
+	return proto.Marshal(reply)
+}
+
+// Inventory implements supervisor.Worker.
+func (p *Process) Inventory(ctx context.Context) ([]int, error) {
+	resp, err := p.call(ctx, p.cfg.CallTimeout, &pb.Request{Body: &pb.Request_Inventory{Inventory: &pb.Inventory{}}})
+	if err != nil {
+		return nil, err
+	}
+	inv := resp.GetInventory()
+	if inv == nil {
+		return nil, fmt.Errorf("%w: inventory answered with %v", errFault, resp)
+	}
+	out := make([]int, len(inv.Resident))
+	for i, r := range inv.Resident {
+		out[i] = int(r)
+	}
+	return out, nil
+}
+
+// Close closes the worker's channel; it finishes and exits.
+func (p *Process) Close() error {
+	var err error
+	p.close.Do(func() { err = p.stdin.Close() })
+	return err
+}
+
+// Kill ends the process.
+func (p *Process) Kill() error {
+	err := p.cmd.Process.Kill()
+	if errors.Is(err, os.ErrProcessDone) {
+		return nil
+	}
+	return err
+}
+
+// Exited is closed once the process has been waited on: its exit is confirmed.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
