@@ -33,8 +33,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/utils/clock"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/utils/clock"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
