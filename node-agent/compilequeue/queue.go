@@ -126,10 +126,13 @@ func (j *Job) dropAt() time.Time { return j.promisedAt.Add(2 * j.promised) }
 // Queue is the machine-wide compile queue. It is not safe for concurrent use: one scheduler
 // goroutine owns it.
 type Queue struct {
-	costs      *CostModel
-	queued     []*Job // in start order
-	running    *Job
-	startedAt  time.Time
+	costs     *CostModel
+	queued    []*Job // in start order
+	running   *Job
+	startedAt time.Time
+	// failed: the running admission failed but still holds the gate (until its worker's exit
+	// is confirmed); new requests for its shape queue a new job instead of joining it.
+	failed     bool
 	recovering map[string]bool
 }
 
@@ -157,7 +160,7 @@ func (q *Queue) Len() int {
 
 // Find returns the queued or running job admitting shape for owner, or nil.
 func (q *Queue) Find(owner string, shape Shape) *Job {
-	if j := q.running; j != nil && j.Owner == owner && j.Shape == shape {
+	if j := q.running; j != nil && !q.failed && j.Owner == owner && j.Shape == shape {
 		return j
 	}
 	for _, j := range q.queued {
@@ -305,7 +308,7 @@ func (q *Queue) Drop(j *Job) []Ticket {
 func (q *Queue) StartBackground(now time.Time, owner string, shape Shape, layers int, cached bool) *Job {
 	j := &Job{Owner: owner, Shape: shape, Layers: layers, Arrival: now,
 		Prediction: q.costs.Predict(shape, layers, cached), waiters: map[Ticket]waiter{}}
-	q.running, q.startedAt = j, now
+	q.running, q.startedAt, q.failed = j, now, false
 	return j
 }
 
@@ -319,12 +322,15 @@ func (q *Queue) Retry(j *Job) {
 // Start moves j from the queue to the running slot: the compile gate is now held.
 func (q *Queue) Start(now time.Time, j *Job) {
 	q.queued = slices.DeleteFunc(q.queued, func(o *Job) bool { return o == j })
-	q.running, q.startedAt = j, now
+	q.running, q.startedAt, q.failed = j, now, false
 }
 
 // Finish frees the compile gate. The supervisor calls it when the admission answered, or, for a
 // failed one, once the old worker's exit is confirmed.
-func (q *Queue) Finish() { q.running = nil }
+func (q *Queue) Finish() { q.running, q.failed = nil, false }
+
+// Fail marks the running admission failed: it keeps the gate, but nothing joins it any more.
+func (q *Queue) Fail() { q.failed = true }
 
 // Reprice turns a running admission predicted as a load into a compile once it has run past
 // twice its prediction plus a second: aned is evidently compiling it. It reports whether it

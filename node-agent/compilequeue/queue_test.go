@@ -320,3 +320,21 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+func TestARequestNeverJoinsAFailedAdmissionThatStillHoldsTheGate(t *testing.T) {
+	q := New(NewCostModel())
+	mustAccept(t, q.Submit(t0, req(1, 128)))
+	failed := electAndRun(t, q, t0.Add(StartHold))
+	q.Fail() // its worker's exit is not confirmed yet
+	mustAccept(t, q.Submit(t0.Add(time.Second), req(2, 128)))
+	if j := q.Find("w1", Shape{"gte", 128}); j == nil || j == failed {
+		t.Fatal("the retry joined the failed admission")
+	}
+	if j, _, _ := q.Elect(t0.Add(time.Minute)); j != nil {
+		t.Fatal("a new admission started while the failed one holds the gate")
+	}
+	q.Finish()
+	if j, _, _ := q.Elect(t0.Add(time.Minute)); j == nil || j.Waiters()[0] != 2 {
+		t.Fatal("the retry's admission did not start once the gate was freed")
+	}
+}

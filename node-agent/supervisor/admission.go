@@ -138,6 +138,7 @@ func (s *Supervisor) admitted(now time.Time, m *model, gen int64, sh *shape, j *
 			return
 		}
 		s.gate = &gateOwner{m: m, gen: gen}
+		s.queue.Fail()
 		s.answerJob(j.Waiters(), func(w *waiter) error {
 			return refusal.New(refusal.EngineCrashed, lane, "worker generation %d failed while admitting rung %d: %v", gen, sh.rung, err)
 		})

@@ -53,8 +53,9 @@ type Config struct {
 	SimScale float64
 	// Lock is the lane lock, inherited by every worker.
 	Lock *os.File
-	// Env is added to the worker's environment (for example injected faults).
-	Env []string
+	// Env, if set, adds to a worker's environment (for example injected faults), per lane and
+	// generation.
+	Env func(lane string, gen int64) []string
 	Log logr.Logger
 	// Clock times the calls' bounds.
 	Clock clock.Clock
@@ -85,7 +86,10 @@ func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) 
 	args := []string{"--backend", h.cfg.Backend, "--state-dir", h.cfg.StateDir, "--sim-scale", fmt.Sprint(h.cfg.SimScale)}
 	cmd := exec.Command(h.cfg.Binary, args...)
 	// The native compiler needs the normal per-user temporary folder: no TMPDIR override.
-	cmd.Env = append(slicesWithout(os.Environ(), "TMPDIR="), h.cfg.Env...)
+	cmd.Env = slicesWithout(os.Environ(), "TMPDIR=")
+	if h.cfg.Env != nil {
+		cmd.Env = append(cmd.Env, h.cfg.Env(spec.Lane, gen)...)
+	}
 	if h.cfg.Lock != nil {
 		cmd.ExtraFiles = []*os.File{h.cfg.Lock} // fd 3 in the worker
 	}

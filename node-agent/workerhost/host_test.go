@@ -69,6 +69,11 @@ func newHost(t *testing.T, mutate ...func(*Config)) *Host {
 	return New(cfg)
 }
 
+// faults injects env into every worker.
+func faults(env string) func(string, int64) []string {
+	return func(string, int64) []string { return []string{env} }
+}
+
 func spawn(t *testing.T, h *Host) supervisor.Worker {
 	t.Helper()
 	w, _, err := h.Spawn(context.Background(), spec, 1)
@@ -183,7 +188,7 @@ func TestAskingForTheAneBackendWhereItCannotRunIsAnErrorNeverTheStandIn(t *testi
 }
 
 func TestACrashedWorkerIsAFaultAndItsExitIsConfirmed(t *testing.T) {
-	w := spawn(t, newHost(t, func(c *Config) { c.Env = []string{"SYNAPSE_WORKER_FAULTS=crash:admit:1"} }))
+	w := spawn(t, newHost(t, func(c *Config) { c.Env = faults("SYNAPSE_WORKER_FAULTS=crash:admit:1") }))
 	_, err := w.Admit(context.Background(), 128)
 	var we *supervisor.WorkerError
 	if err == nil || errors.As(err, &we) {
@@ -193,7 +198,7 @@ func TestACrashedWorkerIsAFaultAndItsExitIsConfirmed(t *testing.T) {
 }
 
 func TestAMalformedReplyIsAFault(t *testing.T) {
-	w := spawn(t, newHost(t, func(c *Config) { c.Env = []string{"SYNAPSE_WORKER_FAULTS=malformed:inventory:1"} }))
+	w := spawn(t, newHost(t, func(c *Config) { c.Env = faults("SYNAPSE_WORKER_FAULTS=malformed:inventory:1") }))
 	_, err := w.Inventory(context.Background())
 	var we *supervisor.WorkerError
 	if err == nil || errors.As(err, &we) || !strings.Contains(err.Error(), "malformed") {
@@ -203,7 +208,7 @@ func TestAMalformedReplyIsAFault(t *testing.T) {
 
 func TestAHungCallIsBoundedAndItsWorkerKilled(t *testing.T) {
 	w := spawn(t, newHost(t, func(c *Config) {
-		c.Env = []string{"SYNAPSE_WORKER_FAULTS=hang:evict:1"}
+		c.Env = faults("SYNAPSE_WORKER_FAULTS=hang:evict:1")
 		c.CallTimeout = 300 * time.Millisecond
 	}))
 	if _, err := w.Admit(context.Background(), 128); err != nil {
