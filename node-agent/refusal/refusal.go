@@ -44,6 +44,8 @@ const (
 	LaneRetired Code = "lane_retired"
 	// UnknownLane: no such lane is loaded on this node.
 	UnknownLane Code = "unknown_lane"
+	// InvalidRequest: the request is malformed or asks the lane for something it does not do.
+	InvalidRequest Code = "invalid_request"
 	// WorkerRefused: the worker answered the request with an error of its own.
 	WorkerRefused Code = "worker_refused"
 )

@@ -92,6 +92,16 @@ func (l *Lease) Exchange(ctx context.Context, payload []byte) ([]byte, error) {
 	return reply, err
 }
 
+// Fault reports that the exchange's reply was malformed (it failed validation above the
+// stream): the worker goes through confirmed-exit recovery once the lease is released.
+func (l *Lease) Fault(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fault == nil {
+		l.fault = err
+	}
+}
+
 // Release gives the shape back. If the exchange faulted, the worker's recovery starts now.
 func (l *Lease) Release() {
 	s := l.s

@@ -1,0 +1,339 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package serving runs composed embed and rerank calls on a lane: it refuses what cannot run
+// before any inference, groups the sequences by the smallest worker-reported rung that fits,
+// admits and leases one group's shape at a time, validates each reply, and restores the input
+// order. A detached task owns the lease, the execution permit, the catalog guard and the
+// in-flight count: a caller that goes away does not cut an exchange short (which would restart
+// a healthy worker); the task drains the reply and then lets go. One absolute deadline bounds
+// admission and exchanges, and no later bucket starts after it.
+package serving
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"k8s.io/utils/clock"
+
+	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+)
+
+// Lease is a held shape (the supervisor's *Lease).
+type Lease interface {
+	Exchange(ctx context.Context, payload []byte) ([]byte, error)
+	Fault(err error)
+	Release()
+	Rung() int
+	Generation() int64
+}
+
+// Acquirer leases shapes (the supervisor).
+type Acquirer interface {
+	Acquire(ctx context.Context, lane string, rung int, deadline time.Time) (Lease, error)
+}
+
+// Lane is what serving knows of a loaded lane.
+type Lane struct {
+	Name string
+	// Task is "embed" or "rerank".
+	Task string
+	// Rungs are the worker-reported buckets, ascending; Ceiling the longest sequence accepted.
+	Rungs      []int
+	Ceiling    int
+	Dimensions int
+	// MaxInflight bounds the calls running at once (execution permits); 0 means 64.
+	MaxInflight int
+}
+
+// Server runs calls on lanes.
+type Server struct {
+	acq Acquirer
+	clk clock.Clock
+
+	mu    sync.Mutex
+	lanes map[string]*laneState
+}
+
+type laneState struct {
+	Lane
+	permits chan struct{}
+	// guard counts the calls using the lane, so it is not unloaded under them.
+	guard sync.WaitGroup
+	// inflight counts tasks that still own something; for metrics and tests.
+	inflight int
+}
+
+// New returns a server leasing from acq.
+func New(acq Acquirer, clk clock.Clock) *Server {
+	return &Server{acq: acq, clk: clk, lanes: map[string]*laneState{}}
+}
+
+// AddLane makes a lane servable.
+func (s *Server) AddLane(l Lane) {
+	if l.MaxInflight == 0 {
+		l.MaxInflight = 64
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lanes[l.Name] = &laneState{Lane: l, permits: make(chan struct{}, l.MaxInflight)}
+}
+
+// RemoveLane stops new calls on a lane and waits for the running ones to let go.
+func (s *Server) RemoveLane(name string) {
+	s.mu.Lock()
+	l := s.lanes[name]
+	delete(s.lanes, name)
+	s.mu.Unlock()
+	if l != nil {
+		l.guard.Wait()
+	}
+}
+
+// Inflight reports how many tasks of lane still own resources.
+func (s *Server) Inflight(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.lanes[name]; l != nil {
+		return l.inflight
+	}
+	return 0
+}
+
+// Result is a finished call.
+type Result struct {
+	// Vectors (embed) or Scores (rerank), in input order.
+	Vectors [][]float32
+	Scores  []float32
+	// Buckets are the rungs the call ran on, ascending; Generations the worker generations.
+	Buckets     []int
+	Generations []int64
+}
+
+// group is the sequences of one bucket and their input positions.
+type group struct {
+	rung    int
+	index   []int
+	payload *pb.Execute
+}
+
+// Run runs a composed call: each sequence is the token ids of one input (for rerank: query,
+// separator, document). It refuses, before any inference, an empty call, an empty sequence and
+// a sequence over the lane's ceiling.
+func (s *Server) Run(ctx context.Context, lane, task string, sequences [][]uint32, deadline time.Time) (*Result, error) {
+	s.mu.Lock()
+	l := s.lanes[lane]
+	if l != nil {
+		l.guard.Add(1)
+	}
+	s.mu.Unlock()
+	if l == nil {
+		return nil, refusal.New(refusal.UnknownLane, lane, "no such lane is served on this node")
+	}
+	groups, err := plan(l.Lane, task, sequences)
+	if err != nil {
+		l.guard.Done()
+		return nil, err
+	}
+
+	// The execution permit bounds concurrent calls; waiting for one counts against the deadline.
+	select {
+	case l.permits <- struct{}{}:
+	case <-ctx.Done():
+		l.guard.Done()
+		return nil, s.ctxErr(ctx, lane, deadline)
+	}
+	s.mu.Lock()
+	l.inflight++
+	s.mu.Unlock()
+
+	done := make(chan taskResult, 1)
+	go s.task(l, groups, len(sequences), deadline, ctx.Done(), done)
+	select {
+	case r := <-done:
+		return r.res, r.err
+	case <-ctx.Done():
+		// The task keeps its lease and permit until its reply has drained.
+		return nil, s.ctxErr(ctx, lane, deadline)
+	}
+}
+
+func (s *Server) ctxErr(ctx context.Context, lane string, deadline time.Time) error {
+	if !deadline.IsZero() && !s.clk.Now().Before(deadline) {
+		return refusal.New(refusal.DeadlineExceeded, lane, "the request's deadline passed")
+	}
+	return ctx.Err()
+}
+
+type taskResult struct {
+	res *Result
+	err error
+}
+
+// task is the detached owner of a call's resources: one lease at a time, bucket by bucket.
+func (s *Server) task(l *laneState, groups []group, n int, deadline time.Time, cancelled <-chan struct{}, done chan<- taskResult) {
+	defer func() {
+		<-l.permits
+		s.mu.Lock()
+		l.inflight--
+		s.mu.Unlock()
+		l.guard.Done()
+	}()
+	res := &Result{}
+	if l.Task == "embed" {
+		res.Vectors = make([][]float32, n)
+	} else {
+		res.Scores = make([]float32, n)
+	}
+	// Admission waits end at the deadline or when the caller goes away.
+	actx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-cancelled:
+			cancel()
+		case <-actx.Done():
+		}
+	}()
+	for _, g := range groups {
+		if s.expired(deadline) {
+			done <- taskResult{err: refusal.New(refusal.DeadlineExceeded, l.Name, "the deadline passed before bucket %d started", g.rung)}
+			return
+		}
+		select {
+		case <-cancelled:
+			done <- taskResult{err: context.Canceled}
+			return
+		default:
+		}
+		lease, err := s.acq.Acquire(actx, l.Name, g.rung, deadline)
+		if err != nil {
+			done <- taskResult{err: err}
+			return
+		}
+		if s.expired(deadline) {
+			// A cold admission that finished after the deadline: the shape stays resident for
+			// the next request, but this one runs no inference.
+			lease.Release()
+			done <- taskResult{err: refusal.New(refusal.DeadlineExceeded, l.Name, "bucket %d was admitted after the deadline; nothing ran", g.rung)}
+			return
+		}
+		payload, _ := proto.Marshal(g.payload)
+		// The exchange is never cut short by the caller: the reply drains before the lease goes.
+		raw, err := lease.Exchange(context.Background(), payload)
+		if err == nil {
+			err = s.validate(l, g, raw, res)
+			if err != nil {
+				lease.Fault(err)
+				err = refusal.New(refusal.EngineCrashed, l.Name, "%v", err)
+			}
+		}
+		gen := lease.Generation()
+		lease.Release()
+		if err != nil {
+			done <- taskResult{err: err}
+			return
+		}
+		if s.expired(deadline) {
+			done <- taskResult{err: refusal.New(refusal.DeadlineExceeded, l.Name, "the reply of bucket %d came after the deadline and was discarded", g.rung)}
+			return
+		}
+		res.Buckets = append(res.Buckets, g.rung)
+		res.Generations = append(res.Generations, gen)
+	}
+	done <- taskResult{res: res}
+}
+
+func (s *Server) expired(deadline time.Time) bool {
+	return !deadline.IsZero() && !s.clk.Now().Before(deadline)
+}
+
+// validate checks a reply against its group and places its outputs in input order. A reply of
+// the wrong size or with non-finite numbers is malformed: the worker is recovered.
+func (s *Server) validate(l *laneState, g group, raw []byte, res *Result) error {
+	reply := &pb.Reply{}
+	if err := proto.Unmarshal(raw, reply); err != nil {
+		return fmt.Errorf("malformed reply: %v", err)
+	}
+	if l.Task == "embed" {
+		if len(reply.Vectors) != len(g.index) {
+			return fmt.Errorf("malformed reply: %d vectors for %d sequences", len(reply.Vectors), len(g.index))
+		}
+		for i, v := range reply.Vectors {
+			if len(v.Values) != l.Dimensions {
+				return fmt.Errorf("malformed reply: a vector of %d dimensions, want %d", len(v.Values), l.Dimensions)
+			}
+			if slices.ContainsFunc(v.Values, func(x float32) bool { return math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) }) {
+				return fmt.Errorf("malformed reply: a vector holds a non-finite value")
+			}
+			res.Vectors[g.index[i]] = v.Values
+		}
+		return nil
+	}
+	if len(reply.Scores) != len(g.index) {
+		return fmt.Errorf("malformed reply: %d scores for %d sequences", len(reply.Scores), len(g.index))
+	}
+	for i, sc := range reply.Scores {
+		if math.IsNaN(float64(sc)) || math.IsInf(float64(sc), 0) {
+			return fmt.Errorf("malformed reply: a non-finite score")
+		}
+		res.Scores[g.index[i]] = sc
+	}
+	return nil
+}
+
+// plan refuses what cannot run and groups the sequences by the smallest rung that fits.
+func plan(l Lane, task string, sequences [][]uint32) ([]group, error) {
+	if task != l.Task {
+		return nil, refusal.New(refusal.InvalidRequest, l.Name, "the lane serves %s, not %s", l.Task, task)
+	}
+	if len(sequences) == 0 {
+		return nil, refusal.New(refusal.UnsupportedShape, l.Name, "the call has no input")
+	}
+	byRung := map[int]*group{}
+	for i, seq := range sequences {
+		if len(seq) == 0 {
+			return nil, refusal.New(refusal.UnsupportedShape, l.Name, "input %d is empty", i)
+		}
+		if len(seq) > l.Ceiling {
+			return nil, refusal.New(refusal.UnsupportedShape, l.Name, "input %d has %d tokens, over the lane's ceiling of %d; it is not truncated", i, len(seq), l.Ceiling)
+		}
+		j := slices.IndexFunc(l.Rungs, func(r int) bool { return r >= len(seq) })
+		if j < 0 {
+			return nil, refusal.New(refusal.UnsupportedShape, l.Name, "input %d has %d tokens, longer than the largest rung %d", i, len(seq), l.Rungs[len(l.Rungs)-1])
+		}
+		r := l.Rungs[j]
+		g := byRung[r]
+		if g == nil {
+			g = &group{rung: r, payload: &pb.Execute{Task: task}}
+			byRung[r] = g
+		}
+		g.index = append(g.index, i)
+		g.payload.Sequences = append(g.payload.Sequences, &pb.Sequence{TokenIds: seq})
+	}
+	out := make([]group, 0, len(byRung))
+	for _, g := range byRung {
+		out = append(out, *g)
+	}
+	slices.SortFunc(out, func(a, b group) int { return a.rung - b.rung })
+	return out, nil
+}

@@ -1,0 +1,238 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package serving
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func tokens(n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(1000 + i)
+	}
+	return out
+}
+
+func newFake(t *testing.T) (*Server, *fakeAcquirer) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(epoch)
+	a := &fakeAcquirer{clk: clk}
+	s := New(a, clk)
+	s.AddLane(Lane{Name: "gte", Task: "embed", Rungs: []int{128, 256, 512}, Ceiling: 512, Dimensions: 8, MaxInflight: 1})
+	return s, a
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestComposedSequencesUseTheSmallestBucketThatFitsAndKeepInputOrder(t *testing.T) {
+	s, a := newFake(t)
+	inputs := [][]uint32{tokens(300), tokens(5), tokens(128), tokens(129), tokens(512)}
+	res, err := s.Run(context.Background(), "gte", "embed", inputs, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Buckets, []int{128, 256, 512}) {
+		t.Fatalf("buckets %v", res.Buckets)
+	}
+	for i, in := range inputs {
+		if !slices.Equal(res.Vectors[i], worker.Embed("gte", 8, in)) {
+			t.Fatalf("output %d is not input %d's embedding", i, i)
+		}
+	}
+	if a.maxHeld != 1 {
+		t.Fatalf("%d leases were held at once, want one at a time", a.maxHeld)
+	}
+}
+
+func TestPackedCancelledMixedCallDrainsWithOneLeaseAtATime(t *testing.T) {
+	s, a := newFake(t)
+	a.gate = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Run(ctx, "gte", "embed", [][]uint32{tokens(500), tokens(10), tokens(200)}, time.Time{})
+		errc <- err
+	}()
+	eventually(t, "the first bucket's exchange runs", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.exchanges == 1 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller got %v", err)
+	}
+	// The caller is gone; the task still owns the lease until the reply drains.
+	if s.Inflight("gte") != 1 || a.held != 1 {
+		t.Fatalf("after the cancel: inflight %d, %s", s.Inflight("gte"), a.snapshot())
+	}
+	close(a.gate)
+	eventually(t, "the task let go", func() bool { return s.Inflight("gte") == 0 })
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.maxHeld != 1 || a.released != 1 || !slices.Equal(a.acquired, []int{128}) || a.exchanges != 1 {
+		t.Fatalf("%s: want one lease, drained and released, and no later bucket", a.snapshotLocked())
+	}
+}
+
+func TestServingCallerCancellationDrainsReplyWithoutRestart(t *testing.T) {
+	s, a := newFake(t)
+	a.gate = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go s.Run(ctx, "gte", "embed", [][]uint32{tokens(10)}, time.Time{})
+	eventually(t, "the exchange runs", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.exchanges == 1 })
+	cancel()
+	a.mu.Lock()
+	exCtx := a.exchangeCtxs[0]
+	a.mu.Unlock()
+	if exCtx.Err() != nil {
+		t.Fatal("the caller's cancellation reached the exchange: a healthy worker would be restarted")
+	}
+	close(a.gate)
+	eventually(t, "the task let go", func() bool { return s.Inflight("gte") == 0 })
+	if len(a.faults) != 0 {
+		t.Fatalf("faults %v after a cancellation", a.faults)
+	}
+}
+
+func TestCancelledDirectAneKeepsModulePermitAndInflightUntilReplyDrains(t *testing.T) {
+	s, a := newFake(t) // one execution permit
+	a.gate = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go s.Run(ctx, "gte", "embed", [][]uint32{tokens(10)}, time.Time{})
+	eventually(t, "the exchange runs", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.exchanges == 1 })
+	cancel()
+
+	// A second call cannot get the permit while the cancelled one's reply is outstanding.
+	second, cancelSecond := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Run(second, "gte", "embed", [][]uint32{tokens(10)}, time.Time{})
+		errc <- err
+	}()
+	if s.Inflight("gte") != 1 {
+		t.Fatalf("inflight %d, want the cancelled call still counted", s.Inflight("gte"))
+	}
+	select {
+	case err := <-errc:
+		t.Fatalf("the second call ran (%v) while the permit was owned", err)
+	default:
+	}
+	close(a.gate)
+	if err := <-errc; err != nil {
+		t.Fatalf("the second call, once the permit was free: %v", err)
+	}
+	cancelSecond()
+}
+
+func TestDirectAneWarmReplyAfterAbsoluteDeadlineIsDiscarded(t *testing.T) {
+	s, a := newFake(t)
+	a.exchangeDelay = 2 * time.Second // the reply comes after the deadline
+	_, err := s.Run(context.Background(), "gte", "embed", [][]uint32{tokens(10)}, epoch.Add(time.Second))
+	if refusal.CodeOf(err) != refusal.DeadlineExceeded || !strings.Contains(err.Error(), "discarded") {
+		t.Fatalf("got %v, want the late reply discarded", err)
+	}
+	if a.released != 1 || len(a.faults) != 0 {
+		t.Fatalf("%s: want the lease released and no fault", a.snapshot())
+	}
+}
+
+func TestDirectAneColdAdmissionAfterAbsoluteDeadlineIsDrainedWithoutInference(t *testing.T) {
+	s, a := newFake(t)
+	a.admitDelay = 5 * time.Second // the cold admission finishes after the deadline
+	_, err := s.Run(context.Background(), "gte", "embed", [][]uint32{tokens(10), tokens(300)}, epoch.Add(time.Second))
+	if refusal.CodeOf(err) != refusal.DeadlineExceeded {
+		t.Fatalf("got %v, want deadline_exceeded", err)
+	}
+	if a.exchanges != 0 || a.released != 1 || !slices.Equal(a.acquired, []int{128}) {
+		t.Fatalf("%s: want the admission drained, no inference and no later bucket", a.snapshot())
+	}
+}
+
+func TestAMalformedReplyIsAFaultThatRecoversTheWorker(t *testing.T) {
+	s, a := newFake(t)
+	a.reply = func(*pb.Execute) *pb.Reply { return &pb.Reply{} } // no vectors
+	_, err := s.Run(context.Background(), "gte", "embed", [][]uint32{tokens(10)}, time.Time{})
+	if refusal.CodeOf(err) != refusal.EngineCrashed || len(a.faults) != 1 {
+		t.Fatalf("got %v with faults %v, want engine_crashed and the lease faulted", err, a.faults)
+	}
+}
+
+func TestCatalogSemanticRefusalsMatchGoldenAndNeverFetch(t *testing.T) {
+	s, a := newFake(t)
+	s.AddLane(Lane{Name: "bge-rerank", Task: "rerank", Rungs: []int{256}, Ceiling: 200, Dimensions: 8})
+	cases := []struct {
+		name, lane, task string
+		inputs           [][]uint32
+	}{
+		{"unknown lane", "nope", "embed", [][]uint32{tokens(1)}},
+		{"wrong task", "gte", "rerank", [][]uint32{tokens(1)}},
+		{"no input", "gte", "embed", nil},
+		{"an empty input", "gte", "embed", [][]uint32{tokens(3), {}}},
+		{"over the ceiling", "bge-rerank", "rerank", [][]uint32{tokens(201)}},
+		{"longer than the ceiling and the largest rung", "gte", "embed", [][]uint32{tokens(10), tokens(513)}},
+	}
+	var got strings.Builder
+	for _, c := range cases {
+		_, err := s.Run(context.Background(), c.lane, c.task, c.inputs, time.Time{})
+		fmt.Fprintf(&got, "%s: %s: %v\n", c.name, refusal.CodeOf(err), err)
+	}
+	golden := filepath.Join("testdata", "catalog_refusals.golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(golden, []byte(got.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to write it)", err)
+	}
+	if got.String() != string(want) {
+		t.Fatalf("refusals differ from %s:\n%s", golden, got.String())
+	}
+	if len(a.acquired) != 0 {
+		t.Fatalf("a refused call leased shapes %v", a.acquired)
+	}
+}
