@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,6 +30,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/workertest"
 	"github.com/ck-synapse/synapse-fleet/node-agent/lanelock"
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
 	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
@@ -41,19 +41,14 @@ import (
 var workerBinary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "synapse-worker-")
+	bin, cleanup, err := workertest.Build()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	workerBinary = filepath.Join(dir, "synapse-ane-worker")
-	out, err := exec.Command("go", "build", "-o", workerBinary, "github.com/ck-synapse/synapse-fleet/node-agent/cmd/synapse-ane-worker").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building the worker: %v\n%s", err, out)
-		os.Exit(1)
-	}
+	workerBinary = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
