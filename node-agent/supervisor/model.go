@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
+	"github.com/ck-synapse/synapse-fleet/node-agent/lanelock"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 )
 
@@ -140,6 +141,20 @@ func (s *Supervisor) LoadModel(ctx context.Context, spec ModelSpec) error {
 	if _, ok := s.models[spec.Lane]; ok {
 		s.mu.Unlock()
 		return fmt.Errorf("lane %s is already loaded", spec.Lane)
+	}
+	if s.lock == nil && s.lockPath != "" {
+		// The first direct-ANE load takes the machine's lane lock; workers inherit it, so it
+		// stays held while any of them can still use the device. A live lane's lock is never
+		// bypassed: another holder is an error.
+		lock, err := lanelock.Acquire(s.lockPath)
+		if err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("loading lane %s: %w", spec.Lane, err)
+		}
+		s.lock = lock
+		if li, ok := s.spawner.(LockInheritor); ok {
+			li.InheritLock(lock.File())
+		}
 	}
 	m := &model{spec: spec, gen: 1, state: recovering, shapes: map[int]*shape{}, cached: map[int]bool{}}
 	s.models[spec.Lane] = m

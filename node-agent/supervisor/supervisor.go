@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -38,6 +39,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
+	"github.com/ck-synapse/synapse-fleet/node-agent/lanelock"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 )
 
@@ -64,15 +66,26 @@ type Config struct {
 	// CertifyObservation records worker inventories and an independent admission count for
 	// the certification validator. Ordinary serving leaves it off and records nothing.
 	CertifyObservation bool
+	// LockPath is the machine-wide direct-ANE lane lock, taken on the first load and handed to
+	// every worker the spawner starts (if it implements LockInheritor). Empty takes none (tests
+	// that run no real device).
+	LockPath string
+}
+
+// LockInheritor is a Spawner whose workers inherit the lane lock.
+type LockInheritor interface {
+	InheritLock(f *os.File)
 }
 
 // Supervisor is the residency supervisor. Create it with New and start Run.
 type Supervisor struct {
-	clk     clock.WithTicker
-	spawner Spawner
-	log     logr.Logger
-	budget  int
-	certify bool
+	clk      clock.WithTicker
+	spawner  Spawner
+	log      logr.Logger
+	budget   int
+	certify  bool
+	lockPath string
+	lock     *lanelock.Lock
 
 	mu            sync.Mutex
 	models        map[string]*model
@@ -101,7 +114,7 @@ func New(cfg Config) *Supervisor {
 		cfg.Budget = DefaultBudget
 	}
 	return &Supervisor{
-		clk: cfg.Clock, spawner: cfg.Spawner, log: cfg.Log, budget: cfg.Budget, certify: cfg.CertifyObservation,
+		clk: cfg.Clock, spawner: cfg.Spawner, log: cfg.Log, budget: cfg.Budget, certify: cfg.CertifyObservation, lockPath: cfg.LockPath,
 		models:  map[string]*model{},
 		queue:   compilequeue.New(compilequeue.NewCostModel()),
 		waiting: map[compilequeue.Ticket]*waiter{},

@@ -65,7 +65,17 @@ type Config struct {
 }
 
 // Host starts workers.
-type Host struct{ cfg Config }
+type Host struct {
+	mu  sync.Mutex
+	cfg Config
+}
+
+// InheritLock makes every worker started from now on inherit the lane lock f.
+func (h *Host) InheritLock(f *os.File) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cfg.Lock = f
+}
 
 // New returns a host.
 func New(cfg Config) *Host {
@@ -83,15 +93,18 @@ func New(cfg Config) *Host {
 
 // Spawn starts generation gen of spec's worker, says hello and loads the model.
 func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) (supervisor.Worker, []int, error) {
-	args := []string{"--backend", h.cfg.Backend, "--state-dir", h.cfg.StateDir, "--sim-scale", fmt.Sprint(h.cfg.SimScale)}
-	cmd := exec.Command(h.cfg.Binary, args...)
+	h.mu.Lock()
+	cfg := h.cfg
+	h.mu.Unlock()
+	args := []string{"--backend", cfg.Backend, "--state-dir", cfg.StateDir, "--sim-scale", fmt.Sprint(cfg.SimScale)}
+	cmd := exec.Command(cfg.Binary, args...)
 	// The native compiler needs the normal per-user temporary folder: no TMPDIR override.
 	cmd.Env = slicesWithout(os.Environ(), "TMPDIR=")
-	if h.cfg.Env != nil {
-		cmd.Env = append(cmd.Env, h.cfg.Env(spec.Lane, gen)...)
+	if cfg.Env != nil {
+		cmd.Env = append(cmd.Env, cfg.Env(spec.Lane, gen)...)
 	}
-	if h.cfg.Lock != nil {
-		cmd.ExtraFiles = []*os.File{h.cfg.Lock} // fd 3 in the worker
+	if cfg.Lock != nil {
+		cmd.ExtraFiles = []*os.File{cfg.Lock} // fd 3 in the worker
 	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -106,11 +119,11 @@ func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) 
 		return nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("starting %s: %w", h.cfg.Binary, err)
+		return nil, nil, fmt.Errorf("starting %s: %w", cfg.Binary, err)
 	}
-	log := h.cfg.Log.WithValues("lane", spec.Lane, "generation", gen, "pid", cmd.Process.Pid)
+	log := cfg.Log.WithValues("lane", spec.Lane, "generation", gen, "pid", cmd.Process.Pid)
 	p := &Process{cmd: cmd, stdin: stdin, r: protocol.NewReader(stdout, 0), w: protocol.NewWriter(stdin, 0),
-		exited: make(chan struct{}), log: log, cfg: h.cfg}
+		exited: make(chan struct{}), log: log, cfg: cfg}
 	stderrDone := make(chan struct{})
 	go p.logStderr(stderr, stderrDone)
 	go func() {
@@ -119,10 +132,10 @@ func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) 
 		close(p.exited)
 	}()
 
-	resp, err := p.call(ctx, h.cfg.CallTimeout, &pb.Request{Body: &pb.Request_Hello{Hello: &pb.Hello{ProtocolVersion: 3}}})
+	resp, err := p.call(ctx, cfg.CallTimeout, &pb.Request{Body: &pb.Request_Hello{Hello: &pb.Hello{ProtocolVersion: 3}}})
 	if err == nil {
-		if hello := resp.GetHello(); hello == nil || hello.Backend != h.cfg.Backend {
-			err = fmt.Errorf("the worker answered hello with %v, want backend %s", resp, h.cfg.Backend)
+		if hello := resp.GetHello(); hello == nil || hello.Backend != cfg.Backend {
+			err = fmt.Errorf("the worker answered hello with %v, want backend %s", resp, cfg.Backend)
 		}
 	}
 	var loaded *pb.Loaded
@@ -131,7 +144,7 @@ func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) 
 		for i, r := range spec.Rungs {
 			rungs[i] = uint32(r)
 		}
-		resp, err = p.call(ctx, h.cfg.CallTimeout, &pb.Request{Body: &pb.Request_Load{Load: &pb.Load{
+		resp, err = p.call(ctx, cfg.CallTimeout, &pb.Request{Body: &pb.Request_Load{Load: &pb.Load{
 			Lane: spec.Lane, Identity: spec.Identity, Model: spec.Model, Layers: uint32(spec.Layers),
 			Dimensions: uint32(spec.Dimensions), Rungs: rungs}}})
 		if err == nil && resp.GetLoaded() == nil {

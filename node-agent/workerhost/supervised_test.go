@@ -18,6 +18,8 @@ package workerhost
 
 import (
 	"context"
+	"errors"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/utils/clock"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/lanelock"
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
@@ -89,5 +92,34 @@ func TestASupervisedWorkerThatCrashesWhileAdmittingIsRestartedExactlyOnce(t *tes
 	}
 	if s.Used() != 0 {
 		t.Fatalf("charged %d after retirement", s.Used())
+	}
+}
+
+func TestTheFirstLoadTakesTheLaneLockAndWorkersInheritIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ane-lane.lock")
+	s := supervisor.New(supervisor.Config{Clock: clock.RealClock{}, Spawner: newHost(t), Log: testr.New(t), LockPath: path})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// Another agent already holds the device: the load is refused, never run beside it.
+	other, err := lanelock.Acquire(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.LoadModel(ctx, spec); !errors.Is(err, lanelock.ErrHeld) {
+		t.Fatalf("loading beside another lock holder: %v", err)
+	}
+	other.Release()
+
+	if err := s.LoadModel(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lanelock.Acquire(path); !errors.Is(err, lanelock.ErrHeld) {
+		t.Fatalf("the lane lock is free after a load: %v", err)
+	}
+	if err := s.Retire(ctx, spec.Lane); err != nil {
+		t.Fatal(err)
 	}
 }
