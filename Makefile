@@ -71,8 +71,9 @@ bench: ## Run the benchmarks.
 FUZZTIME ?= 10m
 
 .PHONY: fuzz
-fuzz: ## Fuzz the protocol's frame decoder for FUZZTIME (CI runs the corpus as plain tests).
+fuzz: ## Fuzz the frame decoder and the worker's message handling, FUZZTIME each.
 	go test -run '^$$' -fuzz FuzzReadFrame -fuzztime $(FUZZTIME) ./node-agent/protocol
+	go test -run '^$$' -fuzz FuzzWorkerServe -fuzztime $(FUZZTIME) ./node-agent/worker
 
 GENERATED_PATHS := api config charts node-agent/protocol
 

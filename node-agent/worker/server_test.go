@@ -1,0 +1,123 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
+	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
+	"github.com/ck-synapse/synapse-fleet/node-agent/simane"
+)
+
+func newServer(stderr io.Writer) *Server {
+	return &Server{
+		Backend: &Sim{Machine: simane.New(simane.Config{Clock: clock.RealClock{}, Scale: 0.00001}), SigningID: "synapse-ane-worker",
+			Clock: clock.RealClock{}},
+		Identity: Identity{Backend: "sim"},
+		Stderr:   stderr,
+		Exit:     func(int) {},
+	}
+}
+
+// converse sends requests and returns the worker's responses.
+func converse(t *testing.T, s *Server, reqs ...*pb.Request) []*pb.Response {
+	t.Helper()
+	var in bytes.Buffer
+	w := protocol.NewWriter(&in, 0)
+	for _, r := range reqs {
+		if err := w.Write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	if err := s.Serve(context.Background(), &in, &out); err != nil {
+		t.Fatal(err)
+	}
+	r := protocol.NewReader(&out, 0)
+	var resps []*pb.Response
+	for {
+		resp := &pb.Response{}
+		if err := r.Read(resp); err != nil {
+			if errors.Is(err, io.EOF) {
+				return resps
+			}
+			t.Fatal(err)
+		}
+		resps = append(resps, resp)
+	}
+}
+
+func TestEachAdmissionWritesTheSeedsStderrLine(t *testing.T) {
+	var stderr bytes.Buffer
+	s := newServer(&stderr)
+	resps := converse(t, s,
+		&pb.Request{Id: 1, Body: &pb.Request_Load{Load: &pb.Load{Identity: "gte", Layers: 22, Dimensions: 8, Rungs: []uint32{128}}}},
+		&pb.Request{Id: 2, Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: 128}}},
+		&pb.Request{Id: 3, Body: &pb.Request_Evict{Evict: &pb.Evict{Rung: 128}}},
+		&pb.Request{Id: 4, Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: 128}}},
+	)
+	if len(resps) != 4 || resps[1].GetAdmitted().GetCompiledLayers() != 22 || resps[3].GetAdmitted().GetCacheHitLayers() != 22 {
+		t.Fatalf("responses %v", resps)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) != 3 ||
+		!strings.HasPrefix(lines[0], "ane-direct compile cache check: model_ref=gte cached=[] checked=1 total_ms=") ||
+		!strings.HasPrefix(lines[1], "ane-direct shape admission: shape=128 layers_loaded=22 cache_hit=0 compiled=22 total_ms=") ||
+		!strings.HasSuffix(lines[1], " outcome=admitted") ||
+		!strings.HasPrefix(lines[2], "ane-direct shape admission: shape=128 layers_loaded=22 cache_hit=22 compiled=0 total_ms=") {
+		t.Fatalf("stderr:\n%s", stderr.String())
+	}
+}
+
+func TestAnUnknownProtocolVersionIsRefused(t *testing.T) {
+	resps := converse(t, newServer(io.Discard), &pb.Request{Id: 1, Body: &pb.Request_Hello{Hello: &pb.Hello{ProtocolVersion: 2}}})
+	if e := resps[0].GetError(); e == nil || e.Code != "protocol_version" {
+		t.Fatalf("got %v, want a protocol_version refusal", resps[0])
+	}
+}
+
+// FuzzWorkerServe feeds arbitrary bytes to the worker's protocol loop: it answers, stops at
+// the end of input or with a typed protocol fault, and never panics.
+func FuzzWorkerServe(f *testing.F) {
+	var seed bytes.Buffer
+	w := protocol.NewWriter(&seed, 0)
+	_ = w.Write(&pb.Request{Id: 1, Body: &pb.Request_Load{Load: &pb.Load{Identity: "m", Layers: 1, Dimensions: 4, Rungs: []uint32{64}}}})
+	_ = w.Write(&pb.Request{Id: 2, Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: 64}}})
+	_ = w.Write(&pb.Request{Id: 3, Body: &pb.Request_Execute{Execute: &pb.Execute{Rung: 64, Task: "rerank", Sequences: []*pb.Sequence{{TokenIds: []uint32{1, 0, 2}}}}}})
+	f.Add(seed.Bytes())
+	f.Add([]byte{0x02, 0x08, 0x01})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := newServer(io.Discard)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		err := s.Serve(ctx, bytes.NewReader(data), io.Discard)
+		if err != nil && !errors.Is(err, protocol.ErrTruncated) && !errors.Is(err, protocol.ErrMalformed) &&
+			!errors.Is(err, protocol.ErrFrameTooLarge) && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("untyped error %v", err)
+		}
+	})
+}
+
