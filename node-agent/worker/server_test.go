@@ -120,4 +120,3 @@ func FuzzWorkerServe(f *testing.F) {
 		}
 	})
 }
-
