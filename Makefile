@@ -68,6 +68,14 @@ bench: ## Run the benchmarks.
 	go test -run '^$$' -bench . -benchmem ./...
 	go test -run '^$$' -bench LeaseResident -benchmem -cpu 1,2 ./node-agent/supervisor
 
+CASE ?= residency-safety
+SIM_SCALE ?= 0.001
+
+.PHONY: stress
+stress: build ## Run a residency stress case (CASE=residency-safety|cold-throughput|compile-scheduling, SIM_SCALE=1 for seed timings).
+	$(LOCALBIN)/synapse-stress --case $(CASE) --sim-scale $(SIM_SCALE) --worker $(LOCALBIN)/synapse-ane-worker --report $(LOCALBIN)/stress-$(CASE).json
+	@echo "report: $(LOCALBIN)/stress-$(CASE).json"
+
 FUZZTIME ?= 10m
 
 .PHONY: fuzz
@@ -95,6 +103,7 @@ helm-lint: helm ## Lint and render the Helm chart.
 .PHONY: build
 build: ## Build the binaries into bin/.
 	go build -o $(LOCALBIN)/synapse-controller .
+	go build -o $(LOCALBIN)/ ./node-agent/cmd/...
 
 .PHONY: run
 run: ## Run the controller against the cluster of the current kubeconfig.

@@ -167,7 +167,8 @@ func (s *Server) Run(ctx context.Context, lane, task string, sequences [][]uint3
 	s.mu.Unlock()
 
 	done := make(chan taskResult, 1)
-	go s.task(l, groups, len(sequences), deadline, ctx.Done(), done)
+	// The task keeps the caller's values (its request id) but not its cancellation.
+	go s.task(context.WithoutCancel(ctx), l, groups, len(sequences), deadline, ctx.Done(), done)
 	select {
 	case r := <-done:
 		return r.res, r.err
@@ -190,7 +191,7 @@ type taskResult struct {
 }
 
 // task is the detached owner of a call's resources: one lease at a time, bucket by bucket.
-func (s *Server) task(l *laneState, groups []group, n int, deadline time.Time, cancelled <-chan struct{}, done chan<- taskResult) {
+func (s *Server) task(base context.Context, l *laneState, groups []group, n int, deadline time.Time, cancelled <-chan struct{}, done chan<- taskResult) {
 	defer func() {
 		<-l.permits
 		s.mu.Lock()
@@ -205,7 +206,7 @@ func (s *Server) task(l *laneState, groups []group, n int, deadline time.Time, c
 		res.Scores = make([]float32, n)
 	}
 	// Admission waits end at the deadline or when the caller goes away.
-	actx, cancel := context.WithCancel(context.Background())
+	actx, cancel := context.WithCancel(base)
 	defer cancel()
 	go func() {
 		select {
@@ -239,7 +240,7 @@ func (s *Server) task(l *laneState, groups []group, n int, deadline time.Time, c
 		}
 		payload, _ := proto.Marshal(g.payload)
 		// The exchange is never cut short by the caller: the reply drains before the lease goes.
-		raw, err := lease.Exchange(context.Background(), payload)
+		raw, err := lease.Exchange(base, payload)
 		if err == nil {
 			err = s.validate(l, g, raw, res)
 			if err != nil {

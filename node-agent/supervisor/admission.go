@@ -44,12 +44,22 @@ func (s *Supervisor) admit(now time.Time, m *model, j *compilequeue.Job) {
 	m.shapes[sh.rung] = sh
 	s.used += sh.charge
 	m.busy++
+	var ticket uint64
+	if w := j.Waiters(); len(w) > 0 {
+		ticket = uint64(w[0])
+	}
+	requestID := ""
+	if w := s.waiting[compilequeue.Ticket(ticket)]; w != nil {
+		requestID = w.requestID
+	}
+	s.trace(Event{At: now, Kind: EventReservation, RequestID: requestID, Lane: m.spec.Lane, Rung: sh.rung, Ticket: ticket, Used: s.used})
+	ev := Event{RequestID: requestID, Lane: m.spec.Lane, Rung: sh.rung, Ticket: ticket, RPC: "admit"}
 	st, gen := m.stream, m.gen
 	go func() {
 		var rpcStart time.Time
 		var got Admission
 		err := s.observe(func() error {
-			return st.do(func(w Worker) error {
+			return s.traced(st, ev, func(w Worker) error {
 				// Compile time is learned from the moment the admission reaches the worker,
 				// never from time spent waiting for its stream.
 				rpcStart = s.clk.Now()

@@ -144,9 +144,11 @@ func (s *Supervisor) evict(m *model, sh *shape) {
 	sh.state = evicting
 	m.busy++
 	st, gen := m.stream, m.gen
+	s.trace(Event{Kind: EventEvictionDispatch, Lane: m.spec.Lane, Rung: sh.rung})
+	ev := Event{Lane: m.spec.Lane, Rung: sh.rung, RPC: "evict"}
 	go func() {
 		err := s.observe(func() error {
-			return st.do(func(w Worker) error { return w.Evict(context.Background(), sh.rung) })
+			return s.traced(st, ev, func(w Worker) error { return w.Evict(context.Background(), sh.rung) })
 		})
 		s.post(func(now time.Time) { s.evicted(now, m, gen, sh, err) })
 	}()
@@ -167,6 +169,7 @@ func (s *Supervisor) evicted(now time.Time, m *model, gen int64, sh *shape, err 
 			if s.certify {
 				s.admittedCount--
 			}
+			s.trace(Event{At: now, Kind: EventEvictionAck, Lane: m.spec.Lane, Rung: sh.rung, Used: s.used})
 		}
 	case isWorkerError(err):
 		s.log.Info("the worker refused to release a shape; it stays resident", "lane", m.spec.Lane, "rung", sh.rung, "error", err.Error())

@@ -28,13 +28,14 @@ import (
 
 // waiter is a request on the slow path, waiting for the scheduler's answer.
 type waiter struct {
-	ticket   compilequeue.Ticket
-	m        *model
-	rung     int
-	deadline time.Time
-	reply    chan grant // buffered: the scheduler never blocks on it
-	answered bool
-	job      *compilequeue.Job
+	ticket    compilequeue.Ticket
+	requestID string
+	m         *model
+	rung      int
+	deadline  time.Time
+	reply     chan grant // buffered: the scheduler never blocks on it
+	answered  bool
+	job       *compilequeue.Job
 }
 
 func (w *waiter) answer(g grant) {
@@ -57,14 +58,15 @@ type grant struct {
 // Lease is a request's hold on a resident shape: while it is held the shape is never evicted.
 // Release it exactly once, after the reply has been read.
 type Lease struct {
-	s        *Supervisor
-	m        *model
-	sh       *shape
-	stream   *stream
-	gen      int64
-	released bool
-	mu       sync.Mutex
-	fault    error
+	s         *Supervisor
+	requestID string
+	m         *model
+	sh        *shape
+	stream    *stream
+	gen       int64
+	released  bool
+	mu        sync.Mutex
+	fault     error
 }
 
 // Rung is the leased shape's rung.
@@ -78,7 +80,8 @@ func (l *Lease) Generation() int64 { return l.gen }
 // exchange may already have executed. The worker is recovered after the lease is released.
 func (l *Lease) Exchange(ctx context.Context, payload []byte) ([]byte, error) {
 	var reply []byte
-	err := l.stream.do(func(w Worker) error {
+	ev := Event{RequestID: l.requestID, Lane: l.m.spec.Lane, Rung: l.sh.rung, RPC: "exchange"}
+	err := l.s.traced(l.stream, ev, func(w Worker) error {
 		var err error
 		reply, err = w.Exchange(ctx, l.sh.rung, payload)
 		return err
@@ -111,6 +114,7 @@ func (l *Lease) Release() {
 		return
 	}
 	l.released = true
+	s.trace(Event{Kind: EventLeaseRelease, RequestID: l.requestID, Lane: l.m.spec.Lane, Rung: l.sh.rung})
 	l.sh.leases--
 	l.sh.lastUsed = s.clk.Now()
 	l.mu.Lock()
@@ -145,14 +149,14 @@ func (s *Supervisor) Acquire(ctx context.Context, lane string, rung int, deadlin
 		}
 		if l := s.tryLease(s.clk.Now(), m, rung, 0); l != nil {
 			s.mu.Unlock()
-			return l, nil
+			return s.granted(ctx, l, 0), nil
 		}
 		s.mu.Unlock()
 		if s.testHookAfterPrecheck != nil {
 			s.testHookAfterPrecheck()
 		}
 
-		w := &waiter{m: m, rung: rung, deadline: deadline, reply: make(chan grant, 1)}
+		w := &waiter{m: m, rung: rung, deadline: deadline, reply: make(chan grant, 1), requestID: requestID(ctx)}
 		s.mu.Lock()
 		if s.stopped != nil {
 			s.mu.Unlock()
@@ -167,13 +171,16 @@ func (s *Supervisor) Acquire(ctx context.Context, lane string, rung int, deadlin
 		select {
 		case g := <-w.reply:
 			if !g.handoff {
-				return g.lease, g.err
+				if g.lease != nil {
+					return s.granted(ctx, g.lease, uint64(w.ticket)), nil
+				}
+				return nil, g.err
 			}
 			s.mu.Lock()
 			l := s.tryLease(s.clk.Now(), m, rung, w.ticket)
 			s.mu.Unlock()
 			if l != nil {
-				return l, nil
+				return s.granted(ctx, l, uint64(w.ticket)), nil
 			}
 			// The handoff window closed (or the shape went) before this request took its
 			// lease: it goes the ordinary way, behind any starved head.
@@ -185,6 +192,13 @@ func (s *Supervisor) Acquire(ctx context.Context, lane string, rung int, deadlin
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// granted tags a lease with its request and records the grant.
+func (s *Supervisor) granted(ctx context.Context, l *Lease, ticket uint64) *Lease {
+	l.requestID = requestID(ctx)
+	s.trace(Event{Kind: EventLeaseGrant, RequestID: l.requestID, Lane: l.m.spec.Lane, Rung: l.sh.rung, Ticket: ticket})
+	return l
 }
 
 // tryLease leases a resident shape if nothing forbids it: the model runs, and no starved

@@ -135,6 +135,7 @@ func (s *Supervisor) route(now time.Time, w *waiter) {
 	}
 	w.job = s.queue.Find(m.owner(), compilequeue.Shape{Model: m.spec.Identity, Rung: w.rung})
 	s.waiting[w.ticket] = w
+	s.trace(Event{At: now, Kind: EventQueueEntry, RequestID: w.requestID, Lane: m.spec.Lane, Rung: w.rung, Ticket: uint64(w.ticket)})
 }
 
 // refuse answers waiters the queue gave up on.

@@ -66,6 +66,9 @@ type Config struct {
 	// CertifyObservation records worker inventories and an independent admission count for
 	// the certification validator. Ordinary serving leaves it off and records nothing.
 	CertifyObservation bool
+	// Trace, if set, receives the timeline events (the stress tool's report). It must be safe
+	// for concurrent use and quick: it runs on the scheduler's and the workers' paths.
+	Trace func(Event)
 	// LockPath is the machine-wide direct-ANE lane lock, taken on the first load and handed to
 	// every worker the spawner starts (if it implements LockInheritor). Empty takes none (tests
 	// that run no real device).
@@ -86,6 +89,7 @@ type Supervisor struct {
 	certify  bool
 	lockPath string
 	lock     *lanelock.Lock
+	tracer   func(Event)
 
 	mu            sync.Mutex
 	models        map[string]*model
@@ -115,6 +119,7 @@ func New(cfg Config) *Supervisor {
 	}
 	return &Supervisor{
 		clk: cfg.Clock, spawner: cfg.Spawner, log: cfg.Log, budget: cfg.Budget, certify: cfg.CertifyObservation, lockPath: cfg.LockPath,
+		tracer:  cfg.Trace,
 		models:  map[string]*model{},
 		queue:   compilequeue.New(compilequeue.NewCostModel()),
 		waiting: map[compilequeue.Ticket]*waiter{},

@@ -1,0 +1,76 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package stress
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/workertest"
+)
+
+var workerBinary string
+
+func TestMain(m *testing.M) {
+	bin, cleanup, err := workertest.Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	workerBinary = bin
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+// TestEveryCaseRunsAndTheSafetyChecksPass runs each case at a small sim scale and checks the
+// report: schema 2, a timeline of the named events, and every check of the gated cases passed.
+func TestEveryCaseRunsAndTheSafetyChecksPass(t *testing.T) {
+	for _, c := range Cases {
+		t.Run(c, func(t *testing.T) {
+			rep, err := Run(context.Background(), Config{Case: c, WorkerBinary: workerBinary, StateDir: t.TempDir(), Scale: 0.0002, Log: logr.Discard()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := json.Marshal(rep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Schema != 2 || len(rep.Timeline) == 0 || len(rep.Requests) == 0 {
+				t.Fatalf("report %s", data)
+			}
+			seen := map[string]bool{}
+			for _, e := range rep.Timeline {
+				seen[e.Event] = true
+			}
+			for _, want := range []string{"queue_entry", "reservation", "stream_grant", "rpc_start", "rpc_end", "lease_grant"} {
+				if !seen[want] {
+					t.Errorf("the timeline has no %s event", want)
+				}
+			}
+			if !rep.Passed {
+				t.Fatalf("checks failed: %+v", rep.Checks)
+			}
+			t.Logf("%s: %d requests, %d events, wall %.0f ms, checks %+v", c, len(rep.Requests), len(rep.Timeline), rep.WallMs, rep.Checks)
+		})
+	}
+}
