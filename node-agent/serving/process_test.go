@@ -30,6 +30,7 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/internal/workertest"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
+	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
 	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
 )
 
@@ -203,5 +204,33 @@ func TestServingIoFaultRecoversAndRetireRefundsOnlyAfterExit(t *testing.T) {
 	}
 	if used := f.sup.Used(); used != 0 {
 		t.Fatalf("charged %d after the confirmed exit", used)
+	}
+}
+
+func TestRerankOverARealWorkerOrdersScoresByInputAndMatchesTheModel(t *testing.T) {
+	f := newFleet(t, func(int64) string { return "" })
+	spec := supervisor.ModelSpec{Lane: "default/bge-rerank", Identity: "bge-reranker", Model: "bge-reranker",
+		Dimensions: 64, Layers: 12, Rungs: []int{128}, MaxResidentShapes: 1, AdmissionBound: 600 * time.Second}
+	if err := f.sup.LoadModel(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.AddLane(Lane{Name: spec.Lane, Task: "rerank", Rungs: spec.Rungs, Ceiling: 128, Dimensions: 64})
+	query := []uint32{11, 12, 13}
+	docs := [][]uint32{{11, 12, 13}, {90, 91}, {11, 95, 96, 97}}
+	var seqs [][]uint32
+	for _, d := range docs {
+		seqs = append(seqs, append(append(append([]uint32{}, query...), worker.Separator), d...))
+	}
+	res, err := f.srv.Run(context.Background(), spec.Lane, "rerank", seqs, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range docs {
+		if want := worker.Score(spec.Identity, 64, query, d); res.Scores[i] != want {
+			t.Fatalf("score %d is %v, want the model's %v", i, res.Scores[i], want)
+		}
+	}
+	if res.Scores[0] <= res.Scores[1] {
+		t.Fatalf("the query itself scored %v, below an unrelated document's %v", res.Scores[0], res.Scores[1])
 	}
 }
