@@ -18,7 +18,6 @@ package serving
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -36,17 +35,7 @@ import (
 
 var workerBinary string
 
-func TestMain(m *testing.M) {
-	bin, cleanup, err := workertest.Build()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	workerBinary = bin
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(workertest.Main(m, &workerBinary)) }
 
 // fleet is one lane served by real sim worker processes under the supervisor.
 type fleet struct {

@@ -19,7 +19,6 @@ package stress
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"testing"
 
@@ -30,17 +29,7 @@ import (
 
 var workerBinary string
 
-func TestMain(m *testing.M) {
-	bin, cleanup, err := workertest.Build()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	workerBinary = bin
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(workertest.Main(m, &workerBinary)) }
 
 // TestEveryCaseRunsAndTheSafetyChecksPass runs each case at a small sim scale and checks the
 // report: schema 2, a timeline of the named events, and every check of the gated cases passed.

@@ -19,7 +19,6 @@ package workerhost
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -40,17 +39,7 @@ import (
 // workerBinary is synapse-ane-worker, built once for the package's tests.
 var workerBinary string
 
-func TestMain(m *testing.M) {
-	bin, cleanup, err := workertest.Build()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	workerBinary = bin
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(workertest.Main(m, &workerBinary)) }
 
 var spec = supervisor.ModelSpec{Lane: "default/gte-search", Identity: "gte-modernbert-base-25b78-w1", Model: "gte-modernbert-base",
 	Dimensions: 768, Layers: 22, Rungs: []int{128, 256, 512}, MaxResidentShapes: 3, AdmissionBound: 600 * time.Second}

@@ -22,7 +22,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
 )
+
+// Main builds the worker, points *path at it, runs the package's tests and removes the build:
+// the whole of a TestMain, as os.Exit(workertest.Main(m, &workerBinary)).
+func Main(m *testing.M, path *string) int {
+	bin, cleanup, err := Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cleanup()
+	*path = bin
+	return m.Run()
+}
 
 // Build compiles the worker into a temporary folder and returns its path and a cleanup.
 func Build() (string, func(), error) {
