@@ -15,7 +15,8 @@ limitations under the License.
 */
 
 // Command synapse-controller is the Synapse Fleet controller manager: it places catalog lanes
-// onto Mac nodes and keeps their status, endpoints and identities in order.
+// onto Mac nodes and keeps their status, endpoints and identities in order. Its reconcilers are
+// listed in controllers.NewControllers.
 package main
 
 import (
@@ -25,12 +26,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleetv1alpha1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers"
 )
 
 func main() {
@@ -80,8 +83,16 @@ func main() {
 		os.Exit(1)
 	}
 
+	ctx := ctrl.SetupSignalHandler()
+	for _, c := range controllers.NewControllers(clock.RealClock{}, mgr.GetClient(), mgr.GetEventRecorder("synapse-controller")) {
+		if err := c.Register(ctx, mgr); err != nil {
+			log.Error(err, "unable to register a controller", "controller", c.Name())
+			os.Exit(1)
+		}
+	}
+
 	log.Info("starting the manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "the manager stopped with an error")
 		os.Exit(1)
 	}

@@ -35,6 +35,9 @@ const (
 	LaneReasonSelectorMatchesNothing = "SelectorMatchesNothing"
 	// LaneReasonBudgetFull: matching nodes lack free layer executables for the lane.
 	LaneReasonBudgetFull = "BudgetFull"
+	// LaneReasonNotEnoughNodes: fewer usable nodes match than the lane has replicas (the
+	// rest are not ready, cordoned or paused, or there are too few).
+	LaneReasonNotEnoughNodes = "NotEnoughNodes"
 )
 
 // CatalogLaneSpec is a model served on an explicit device across a number of Mac nodes.

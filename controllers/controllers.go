@@ -1,0 +1,41 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
+)
+
+// Controller is one reconciler of synapse-controller.
+type Controller interface {
+	Name() string
+	Register(ctx context.Context, mgr ctrl.Manager) error
+}
+
+// NewControllers lists every controller, with every dependency given here.
+func NewControllers(clk clock.Clock, kube client.Client, recorder events.EventRecorder) []Controller {
+	return []Controller{
+		placement.NewController(clk, kube, recorder),
+	}
+}

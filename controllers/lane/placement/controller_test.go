@@ -1,0 +1,255 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package placement_test
+
+import (
+	"fmt"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+)
+
+const build = v1.MacOSBuild("25B78")
+
+var (
+	seq int
+	// workerDigest is each spec's own worker binary, so that specs sharing one API server
+	// never match each other's nodes.
+	workerDigest v1.Sha256Digest
+)
+
+var _ = BeforeEach(func() {
+	seq++
+	workerDigest = v1.Sha256Digest(fmt.Sprintf("sha256:%064x", seq))
+})
+
+// unique makes names unique across specs that share one API server.
+func unique(prefix string) string {
+	seq++
+	return fmt.Sprintf("%s-%d", prefix, seq)
+}
+
+func newIdentity() *v1.CertifiedIdentity {
+	GinkgoHelper()
+	id := &v1.CertifiedIdentity{
+		ObjectMeta: metav1.ObjectMeta{Name: unique("gte")},
+		Spec: v1.CertifiedIdentitySpec{
+			Worker: v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: workerDigest, ProtocolVersion: 3},
+			Model: v1.ModelIdentity{Name: "gte-modernbert-base", Revision: "e7f32e3", Layers: 22, HiddenSize: 768, EmbeddingDimensions: 768,
+				CheckpointDigest: "sha256:0d3b4c1f8e2a7b6c5d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e"},
+			ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: "sha256:9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0"},
+			MacOSBuild:       build,
+			VectorSpaceID:    "gte",
+		},
+	}
+	Expect(kube.Create(ctx, id)).To(Succeed())
+	return id
+}
+
+// newNode registers a Ready MacNode the way an agent does; mutate adjusts it first.
+func newNode(mutate ...func(*v1.MacNode)) *v1.MacNode {
+	GinkgoHelper()
+	n := &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: unique("mac"), Labels: map[string]string{"pool": "search"}}}
+	n.Status = v1.MacNodeStatus{
+		Platform: v1.Platform{Chip: "M4", MacOSBuild: build},
+		Worker:   v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: workerDigest, ProtocolVersion: 3, Backend: v1.BackendSim},
+		Capacity: v1.ExecutableBudget{LayerExecutables: 100, ShapeSlots: 16},
+		Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady,
+			LastTransitionTime: metav1.NewTime(clk.Now())}},
+	}
+	for _, m := range mutate {
+		m(n)
+	}
+	status := n.Status
+	Expect(kube.Create(ctx, n)).To(Succeed()) // the status subresource ignores status here
+	n.Status = status
+	Expect(kube.Status().Update(ctx, n)).To(Succeed())
+	return n
+}
+
+func newLane(identity *v1.CertifiedIdentity, replicas int32) *v1.CatalogLane {
+	GinkgoHelper()
+	l := &v1.CatalogLane{
+		ObjectMeta: metav1.ObjectMeta{Name: unique("lane"), Namespace: "default"},
+		Spec: v1.CatalogLaneSpec{Model: "gte-modernbert-base", Task: v1.TaskEmbed, Device: v1.DeviceANE,
+			IdentityRef: v1.LocalObjectReference{Name: identity.Name}, Rungs: []v1.Rung{128, 256, 512}, Replicas: replicas,
+			NodeSelector: map[string]string{"pool": "search"}, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30},
+	}
+	Expect(kube.Create(ctx, l)).To(Succeed())
+	return l
+}
+
+// reconcileLane runs the controller once, synchronously, and returns the lane as stored.
+func reconcileLane(l *v1.CatalogLane) *v1.CatalogLane {
+	GinkgoHelper()
+	_, err := controller.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(l)})
+	Expect(err).NotTo(HaveOccurred())
+	out := &v1.CatalogLane{}
+	Expect(kube.Get(ctx, client.ObjectKeyFromObject(l), out)).To(Succeed())
+	return out
+}
+
+// placements lists the lane's live placements by node.
+func placements(l *v1.CatalogLane) map[string]v1.LanePlacement {
+	GinkgoHelper()
+	var list v1.LanePlacementList
+	Expect(kube.List(ctx, &list, client.InNamespace(l.Namespace), client.MatchingLabels{v1.LabelLane: l.Name})).To(Succeed())
+	out := map[string]v1.LanePlacement{}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp.IsZero() {
+			out[p.Spec.Node] = p
+		}
+	}
+	return out
+}
+
+func placedReason(l *v1.CatalogLane) string {
+	c := meta.FindStatusCondition(l.Status.Conditions, v1.LaneConditionPlaced)
+	if c == nil {
+		return ""
+	}
+	return c.Reason
+}
+
+var _ = Describe("Placement", func() {
+	It("should place each replica on its own matching, ready node, bound and labelled for its agent", func() {
+		id := newIdentity()
+		a, b := newNode(), newNode()
+		lane := reconcileLane(newLane(id, 2))
+		got := placements(lane)
+		Expect(got).To(HaveLen(2))
+		Expect(got).To(HaveKey(a.Name))
+		Expect(got).To(HaveKey(b.Name))
+		p := got[a.Name]
+		Expect(p.Labels).To(HaveKeyWithValue(v1.LabelNode, a.Name))
+		Expect(p.Finalizers).To(ContainElement(v1.FinalizerRetirement))
+		Expect(p.Spec.Identity).To(Equal(id.Name))
+		Expect(p.Spec.Ceiling).To(BeEquivalentTo(512))
+		Expect(metav1.IsControlledBy(&p, lane)).To(BeTrue())
+		Expect(placedReason(lane)).To(Equal(v1.LaneReasonPlaced))
+		Expect(lane.Status.Replicas).To(BeEquivalentTo(2))
+	})
+
+	Context("when a node runs another macOS build", func() {
+		It("should not place the lane there and should say why", func() {
+			id := newIdentity()
+			newNode(func(n *v1.MacNode) { n.Status.Platform.MacOSBuild = "25C56" })
+			lane := reconcileLane(newLane(id, 1))
+			Expect(placements(lane)).To(BeEmpty())
+			Expect(placedReason(lane)).To(Equal(v1.LaneReasonNoMatchingNode))
+			Expect(meta.FindStatusCondition(lane.Status.Conditions, v1.LaneConditionPlaced).Message).To(ContainSubstring("macOS 25B78"))
+		})
+	})
+
+	Context("when no node matches the selector", func() {
+		It("should say the selector matches nothing", func() {
+			id := newIdentity()
+			newNode(func(n *v1.MacNode) { n.Labels = nil })
+			lane := reconcileLane(newLane(id, 1))
+			Expect(placedReason(lane)).To(Equal(v1.LaneReasonSelectorMatchesNothing))
+		})
+	})
+
+	Context("when the matching node's budget is full", func() {
+		It("should say the budget is full", func() {
+			id := newIdentity()
+			newNode(func(n *v1.MacNode) { n.Status.Allocated.LayerExecutables = 90 })
+			lane := reconcileLane(newLane(id, 1))
+			Expect(placements(lane)).To(BeEmpty())
+			Expect(placedReason(lane)).To(Equal(v1.LaneReasonBudgetFull))
+		})
+	})
+
+	Context("when the identity does not exist", func() {
+		It("should say so", func() {
+			lane := reconcileLane(newLane(&v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "missing"}}, 1))
+			Expect(placedReason(lane)).To(Equal(v1.LaneReasonIdentityNotFound))
+		})
+	})
+
+	It("should prefer a node whose aned already holds the lane's rungs, then the least allocated", func() {
+		id := newIdentity()
+		newNode(func(n *v1.MacNode) { n.Status.Allocated.LayerExecutables = 0 })
+		warm := newNode(func(n *v1.MacNode) {
+			n.Status.Allocated.LayerExecutables = 50
+			n.Status.CachedRungs = []v1.CachedRungs{{Identity: id.Name, Rungs: []v1.Rung{128, 256}}}
+		})
+		lane := reconcileLane(newLane(id, 1))
+		Expect(placements(lane)).To(HaveKey(warm.Name))
+	})
+
+	It("should keep a cordoned node's placement and put no new one there", func() {
+		id := newIdentity()
+		n := newNode()
+		lane := newLane(id, 1)
+		reconcileLane(lane)
+		n.Spec.Unschedulable = true
+		Expect(kube.Update(ctx, n)).To(Succeed())
+		Expect(placements(reconcileLane(lane))).To(HaveKey(n.Name))
+
+		lane = reconcileLane(lane)
+		lane.Spec.Replicas = 2
+		Expect(kube.Update(ctx, lane)).To(Succeed())
+		lane = reconcileLane(lane)
+		Expect(placements(lane)).To(HaveLen(1))
+		Expect(placedReason(lane)).To(Equal(v1.LaneReasonNotEnoughNodes))
+	})
+
+	It("should scale down by deleting placements, which the retirement finalizer keeps until the agent lets go", func() {
+		id := newIdentity()
+		newNode()
+		newNode()
+		lane := reconcileLane(newLane(id, 2))
+		lane.Spec.Replicas = 1
+		Expect(kube.Update(ctx, lane)).To(Succeed())
+		lane = reconcileLane(lane)
+		Expect(placements(lane)).To(HaveLen(1))
+		Expect(lane.Status.Replicas).To(BeEquivalentTo(1))
+		var all v1.LanePlacementList
+		Expect(kube.List(ctx, &all, client.MatchingLabels{v1.LabelLane: lane.Name})).To(Succeed())
+		Expect(all.Items).To(HaveLen(2), "the deleted placement waits for its finalizer")
+	})
+
+	It("should retire the placement of a node whose macOS build changed and place the lane elsewhere", func() {
+		id := newIdentity()
+		first := newNode()
+		lane := reconcileLane(newLane(id, 1))
+		Expect(placements(lane)).To(HaveKey(first.Name))
+		first.Status.Platform.MacOSBuild = "25C56"
+		Expect(kube.Status().Update(ctx, first)).To(Succeed())
+		second := newNode()
+		lane = reconcileLane(lane)
+		Expect(placements(lane)).To(HaveKey(second.Name))
+		Expect(placements(lane)).NotTo(HaveKey(first.Name))
+	})
+
+	It("should write nothing on a resync with nothing to change", func() {
+		id := newIdentity()
+		newNode()
+		lane := reconcileLane(newLane(id, 1))
+		reconcileLane(lane)
+		before := writes.Load()
+		reconcileLane(lane)
+		Expect(writes.Load()).To(Equal(before))
+	})
+})
