@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
+	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
 )
 
 // Controller is one reconciler of synapse-controller.
@@ -37,5 +38,6 @@ type Controller interface {
 func NewControllers(clk clock.Clock, kube client.Client, recorder events.EventRecorder) []Controller {
 	return []Controller{
 		placement.NewController(clk, kube, recorder),
+		lifecycle.NewController(clk, kube, recorder),
 	}
 }

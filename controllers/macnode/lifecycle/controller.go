@@ -1,0 +1,165 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package lifecycle watches each MacNode's heartbeat: agents renew a coordination.k8s.io Lease
+// per node in namespace synapse-node-lease, as kubelets do. A Lease older than the grace period
+// turns the node's Ready condition Unknown; after the eviction timeout the node's placements
+// are forced away (an event says so) and the placement controller re-places their lanes on
+// nodes that are alive. A node that comes back is the same MacNode: its agent reports Ready
+// again and nothing is duplicated.
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
+
+const (
+	// LeaseNamespace holds the agents' heartbeat Leases, one named after each MacNode.
+	LeaseNamespace = "synapse-node-lease"
+	// DefaultGracePeriod is how old a Lease may get before the node is Unknown.
+	DefaultGracePeriod = 40 * time.Second
+	// DefaultEvictionTimeout is how long a node may stay Unknown before its placements go.
+	DefaultEvictionTimeout = 5 * time.Minute
+)
+
+// Controller is the node lifecycle controller.
+type Controller struct {
+	clk             clock.PassiveClock
+	kube            client.Client
+	recorder        events.EventRecorder
+	grace, eviction time.Duration
+}
+
+// NewController returns the controller with the default grace period and eviction timeout.
+func NewController(clk clock.PassiveClock, kube client.Client, recorder events.EventRecorder) *Controller {
+	return &Controller{clk: clk, kube: kube, recorder: recorder, grace: DefaultGracePeriod, eviction: DefaultEvictionTimeout}
+}
+
+// Name of the controller.
+func (c *Controller) Name() string { return "macnode.lifecycle" }
+
+// Register watches MacNodes and their Leases.
+func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(c.Name()).
+		For(&v1.MacNode{}).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if o.GetNamespace() != LeaseNamespace {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetName()}}}
+		})).
+		Complete(c)
+}
+
+// Reconcile checks one node's heartbeat.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	node := &v1.MacNode{}
+	if err := c.kube.Get(ctx, req.NamespacedName, node); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	now := c.clk.Now()
+	renewed, err := c.lastRenewal(ctx, node)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	expiresAt := renewed.Add(c.grace)
+	if now.Before(expiresAt) {
+		return reconcile.Result{RequeueAfter: expiresAt.Sub(now)}, nil
+	}
+
+	stored := node.DeepCopy()
+	if !meta.IsStatusConditionPresentAndEqual(node.Status.Conditions, v1.ConditionReady, metav1.ConditionUnknown) {
+		meta.SetStatusCondition(&node.Status.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionUnknown,
+			Reason: v1.NodeReasonLeaseExpired, ObservedGeneration: node.Generation, LastTransitionTime: metav1.NewTime(now),
+			Message: fmt.Sprintf("the agent has not renewed its Lease since %s", renewed.UTC().Format(time.RFC3339))})
+	}
+	if !equality.Semantic.DeepEqual(stored.Status, node.Status) {
+		if err := c.kube.Status().Patch(ctx, node, client.MergeFrom(stored)); err != nil {
+			return reconcile.Result{}, err
+		}
+		c.recorder.Eventf(node, nil, "Warning", v1.NodeReasonLeaseExpired, "Heartbeat", "the agent's Lease expired; the node is Unknown")
+	}
+
+	evictAt := renewed.Add(c.grace + c.eviction)
+	if now.Before(evictAt) {
+		return reconcile.Result{RequeueAfter: evictAt.Sub(now)}, nil
+	}
+	return reconcile.Result{}, c.evict(ctx, node)
+}
+
+// lastRenewal is when the node's Lease was last renewed; a node without a Lease counts from
+// its creation, so a node that never heartbeats is not Ready forever.
+func (c *Controller) lastRenewal(ctx context.Context, node *v1.MacNode) (time.Time, error) {
+	lease := &coordinationv1.Lease{}
+	err := c.kube.Get(ctx, client.ObjectKey{Namespace: LeaseNamespace, Name: node.Name}, lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		return node.CreationTimestamp.Time, nil
+	case err != nil:
+		return time.Time{}, err
+	case lease.Spec.RenewTime != nil:
+		return lease.Spec.RenewTime.Time, nil
+	}
+	return lease.CreationTimestamp.Time, nil
+}
+
+// evict forces the dead node's placements away: the agent that would remove their retirement
+// finalizers is gone, so the finalizer goes with the placement.
+func (c *Controller) evict(ctx context.Context, node *v1.MacNode) error {
+	var placements v1.LanePlacementList
+	if err := c.kube.List(ctx, &placements, client.MatchingLabels{v1.LabelNode: node.Name}); err != nil {
+		return err
+	}
+	for i := range placements.Items {
+		p := &placements.Items[i]
+		if controllerutil.RemoveFinalizer(p, v1.FinalizerRetirement) {
+			if err := c.kube.Update(ctx, p); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+		if p.DeletionTimestamp.IsZero() {
+			if err := c.kube.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+		c.recorder.Eventf(p, node, "Warning", "NodeLost", "Evict",
+			"node %s has been Unknown for %s; placement forced away to be re-placed", node.Name, c.eviction)
+	}
+	return nil
+}
