@@ -24,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
 	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
 )
@@ -38,6 +39,7 @@ type Controller interface {
 func NewControllers(clk clock.Clock, kube client.Client, recorder events.EventRecorder) []Controller {
 	return []Controller{
 		placement.NewController(clk, kube, recorder),
+		endpoints.NewController(kube),
 		lifecycle.NewController(clk, kube, recorder),
 	}
 }

@@ -1,0 +1,101 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package endpoints_test
+
+import (
+	"fmt"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
+)
+
+var seq int
+
+func node(ip string, port int32) *v1.MacNode {
+	GinkgoHelper()
+	seq++
+	n := &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("mac-%d", seq)}}
+	Expect(kube.Create(ctx, n)).To(Succeed())
+	n.Status.Addresses = []v1.NodeAddress{{Type: "Hostname", Address: n.Name + ".local"}, {Type: "InternalIP", Address: ip}}
+	n.Status.ServingPort = port
+	Expect(kube.Status().Update(ctx, n)).To(Succeed())
+	return n
+}
+
+func placement(lane *v1.CatalogLane, n *v1.MacNode, phase v1.PlacementPhase) *v1.LanePlacement {
+	GinkgoHelper()
+	p := &v1.LanePlacement{
+		ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-" + n.Name, Namespace: lane.Namespace, Labels: map[string]string{v1.LabelLane: lane.Name, v1.LabelNode: n.Name}},
+		Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: n.Name, Identity: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE,
+			Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30},
+	}
+	Expect(kube.Create(ctx, p)).To(Succeed())
+	p.Status.Phase = phase
+	Expect(kube.Status().Update(ctx, p)).To(Succeed())
+	return p
+}
+
+func endpointIPs(lane *v1.CatalogLane) map[int32][]string {
+	GinkgoHelper()
+	var list discoveryv1.EndpointSliceList
+	Expect(kube.List(ctx, &list, client.InNamespace(lane.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: lane.Name})).To(Succeed())
+	out := map[int32][]string{}
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			out[*s.Ports[0].Port] = append(out[*s.Ports[0].Port], e.Addresses...)
+		}
+	}
+	return out
+}
+
+var _ = Describe("Endpoints", func() {
+	It("should give a lane a selector-less Service whose endpoints follow its Ready placements", func() {
+		seq++
+		lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gte-%d", seq), Namespace: "default"},
+			Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
+				Rungs: []v1.Rung{128}, Replicas: 3, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+		Expect(kube.Create(ctx, lane)).To(Succeed())
+		a, b, c := node("10.0.0.1", 8080), node("10.0.0.2", 8080), node("10.0.0.3", 9090)
+		pa := placement(lane, a, v1.PhaseReady)
+		placement(lane, b, v1.PhaseCompiling)
+		placement(lane, c, v1.PhaseReady)
+
+		ctl := endpoints.NewController(kube)
+		_, err := ctl.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		Expect(err).NotTo(HaveOccurred())
+		svc := &corev1.Service{}
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), svc)).To(Succeed())
+		Expect(svc.Spec.Selector).To(BeEmpty())
+		Expect(svc.Spec.Ports[0].Port).To(BeEquivalentTo(endpoints.ServicePort))
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"10.0.0.1"}, 9090: {"10.0.0.3"}}))
+
+		// A placement that stops being Ready leaves the endpoints.
+		pa.Status.Phase = v1.PhaseFailed
+		Expect(kube.Status().Update(ctx, pa)).To(Succeed())
+		_, err = ctl.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{9090: {"10.0.0.3"}}))
+	})
+})
