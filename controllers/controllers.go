@@ -24,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ck-synapse/synapse-fleet/controllers/identity"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
 	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
@@ -40,6 +41,7 @@ func NewControllers(clk clock.Clock, kube client.Client, recorder events.EventRe
 	return []Controller{
 		placement.NewController(clk, kube, recorder),
 		endpoints.NewController(kube),
+		identity.NewController(clk, kube, recorder),
 		lifecycle.NewController(clk, kube, recorder),
 	}
 }

@@ -135,15 +135,6 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, nil
 }
 
-// matches reports whether node runs identity exactly.
-func matches(identity *v1.CertifiedIdentity, node *v1.MacNode) bool {
-	w, p := node.Status.Worker, node.Status.Platform
-	return w.SigningIdentifier == identity.Spec.Worker.SigningIdentifier &&
-		w.BinaryDigest == identity.Spec.Worker.BinaryDigest &&
-		w.ProtocolVersion == identity.Spec.Worker.ProtocolVersion &&
-		p.MacOSBuild == identity.Spec.MacOSBuild
-}
-
 func schedulable(node *v1.MacNode) bool {
 	return meta.IsStatusConditionTrue(node.Status.Conditions, v1.ConditionReady) && !node.Spec.Unschedulable && !node.Spec.Paused
 }
@@ -163,7 +154,7 @@ func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *
 	// never carried to another build or binary.
 	var kept []v1.LanePlacement
 	for _, p := range c.keep(existing) {
-		if n := byName[p.Spec.Node]; n == nil || !matches(identity, n) {
+		if n := byName[p.Spec.Node]; n == nil || !identity.Matches(n) {
 			if err := c.kube.Delete(ctx, &p); client.IgnoreNotFound(err) != nil {
 				return nil, "", "", err
 			}
@@ -207,7 +198,7 @@ func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *
 	var matching, selected, eligible []*v1.MacNode
 	short := 0 // usable but without free executables
 	for _, n := range byName {
-		if !matches(identity, n) {
+		if !identity.Matches(n) {
 			continue
 		}
 		matching = append(matching, n)

@@ -1,0 +1,160 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package identity keeps each CertifiedIdentity's status (how many nodes match it, which lanes
+// use it) and blocks its deletion while a lane references it.
+package identity
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities/finalizers,verbs=update
+
+// Controller reconciles CertifiedIdentities.
+type Controller struct {
+	clk      clock.PassiveClock
+	kube     client.Client
+	recorder events.EventRecorder
+}
+
+// NewController returns the identity controller.
+func NewController(clk clock.PassiveClock, kube client.Client, recorder events.EventRecorder) *Controller {
+	return &Controller{clk: clk, kube: kube, recorder: recorder}
+}
+
+// Name of the controller.
+func (c *Controller) Name() string { return "identity" }
+
+// Register watches identities, the lanes that use them and the nodes that match them.
+func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
+	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		var ids v1.CertifiedIdentityList
+		if err := c.kube.List(ctx, &ids); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(ids.Items))
+		for _, i := range ids.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Name: i.Name}})
+		}
+		return out
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(c.Name()).
+		For(&v1.CertifiedIdentity{}).
+		Watches(&v1.CatalogLane{}, all).
+		Watches(&v1.MacNode{}, all).
+		Complete(c)
+}
+
+// Reconcile updates one identity.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	id := &v1.CertifiedIdentity{}
+	if err := c.kube.Get(ctx, req.NamespacedName, id); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	lanes, err := c.lanesUsing(ctx, id.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !id.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, c.finalize(ctx, id, lanes)
+	}
+	if controllerutil.AddFinalizer(id, v1.FinalizerInUse) {
+		return reconcile.Result{}, c.kube.Update(ctx, id)
+	}
+
+	var nodes v1.MacNodeList
+	if err := c.kube.List(ctx, &nodes); err != nil {
+		return reconcile.Result{}, err
+	}
+	stored := id.DeepCopy()
+	matching := int32(0)
+	for i := range nodes.Items {
+		if id.Matches(&nodes.Items[i]) {
+			matching++
+		}
+	}
+	id.Status.ObservedGeneration, id.Status.MatchingNodes, id.Status.Lanes = id.Generation, matching, lanes
+	now := metav1.NewTime(c.clk.Now())
+	matched := metav1.Condition{Type: v1.IdentityConditionMatched, Status: metav1.ConditionTrue, Reason: v1.IdentityReasonNodesMatch,
+		Message: fmt.Sprintf("%d MacNodes run this worker on macOS %s", matching, id.Spec.MacOSBuild), ObservedGeneration: id.Generation, LastTransitionTime: now}
+	if matching == 0 {
+		matched.Status, matched.Reason = metav1.ConditionFalse, v1.IdentityReasonNoMatchingNode
+		matched.Message = fmt.Sprintf("no MacNode runs worker %s (%s) on macOS %s", id.Spec.Worker.SigningIdentifier, id.Spec.Worker.BinaryDigest, id.Spec.MacOSBuild)
+	}
+	meta.SetStatusCondition(&id.Status.Conditions, matched)
+	ready := matched
+	ready.Type = v1.ConditionReady
+	meta.SetStatusCondition(&id.Status.Conditions, ready)
+	if equality.Semantic.DeepEqual(stored.Status, id.Status) {
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{}, c.kube.Status().Patch(ctx, id, client.MergeFrom(stored))
+}
+
+// lanesUsing lists the lanes (namespace/name) that reference the identity.
+func (c *Controller) lanesUsing(ctx context.Context, name string) ([]string, error) {
+	var lanes v1.CatalogLaneList
+	if err := c.kube.List(ctx, &lanes); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range lanes.Items {
+		if l.Spec.IdentityRef.Name == name && l.DeletionTimestamp.IsZero() {
+			out = append(out, l.Namespace+"/"+l.Name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// finalize lets the identity go once no lane references it.
+func (c *Controller) finalize(ctx context.Context, id *v1.CertifiedIdentity, lanes []string) error {
+	if len(lanes) > 0 {
+		stored := id.DeepCopy()
+		meta.SetStatusCondition(&id.Status.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse,
+			Reason: v1.IdentityReasonInUse, Message: fmt.Sprintf("deletion waits until no lane references it; used by %v", lanes),
+			ObservedGeneration: id.Generation, LastTransitionTime: metav1.NewTime(c.clk.Now())})
+		id.Status.Lanes = lanes
+		if equality.Semantic.DeepEqual(stored.Status, id.Status) {
+			return nil
+		}
+		c.recorder.Eventf(id, nil, "Warning", v1.IdentityReasonInUse, "Delete", "deletion blocked: used by %v", lanes)
+		return c.kube.Status().Patch(ctx, id, client.MergeFrom(stored))
+	}
+	if controllerutil.RemoveFinalizer(id, v1.FinalizerInUse) {
+		return c.kube.Update(ctx, id)
+	}
+	return nil
+}
