@@ -18,22 +18,19 @@ package v1alpha1_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	fleetv1alpha1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
 
 // The API suite runs the generated CRDs in a real kube-apiserver, so what it asserts is what a
 // user applying a manifest is told.
 var (
-	testEnv   *envtest.Environment
+	testEnv   *testenv.Env
 	k8sClient client.Client
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -48,17 +45,10 @@ func TestAPI(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	ctx, cancel = context.WithCancel(context.Background())
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := testEnv.Start()
-	Expect(err).NotTo(HaveOccurred(), "starting envtest; run 'make test' so that KUBEBUILDER_ASSETS points at the binaries hack/envtest.sh builds")
-
-	scheme := runtime.NewScheme()
-	Expect(fleetv1alpha1.AddToScheme(scheme)).To(Succeed())
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
+	var err error
+	testEnv, err = testenv.Start()
 	Expect(err).NotTo(HaveOccurred())
+	k8sClient = testEnv.Client
 })
 
 var _ = AfterSuite(func() {

@@ -18,21 +18,17 @@ package identity_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
 
 var (
-	testEnv *envtest.Environment
+	testEnv *testenv.Env
 	kube    client.Client
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -47,17 +43,10 @@ func TestIdentity(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	ctx, cancel = context.WithCancel(context.Background())
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := testEnv.Start()
-	Expect(err).NotTo(HaveOccurred(), "starting envtest; run 'make test' so that KUBEBUILDER_ASSETS points at the binaries hack/envtest.sh builds")
-	scheme := runtime.NewScheme()
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(v1.AddToScheme(scheme)).To(Succeed())
-	kube, err = client.New(cfg, client.Options{Scheme: scheme})
+	var err error
+	testEnv, err = testenv.Start()
 	Expect(err).NotTo(HaveOccurred())
+	kube = testEnv.Client
 })
 
 var _ = AfterSuite(func() {

@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onsi/gomega"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
@@ -58,13 +59,8 @@ func newFake(t *testing.T) (*Server, *fakeAcquirer) {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	gomega.NewWithT(t).Eventually(cond).WithTimeout(10*time.Second).WithPolling(time.Millisecond).
+		Should(gomega.BeTrue(), "waiting until %s", what)
 }
 
 func TestComposedSequencesUseTheSmallestBucketThatFitsAndKeepInputOrder(t *testing.T) {

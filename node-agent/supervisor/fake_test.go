@@ -26,6 +26,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	"github.com/onsi/gomega"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -346,13 +347,8 @@ func (h *harness) acquire(lane string, rung int) <-chan acquired {
 // for goroutines to reach a state, never for time to pass.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	gomega.NewWithT(t).Eventually(cond).WithTimeout(10*time.Second).WithPolling(time.Millisecond).
+		Should(gomega.BeTrue(), "waiting until %s", what)
 }
 
 // step advances the fake clock once something waits on it.

@@ -18,26 +18,23 @@ package placement_test
 
 import (
 	"context"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
+	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
 
 var (
-	testEnv    *envtest.Environment
+	testEnv    *testenv.Env
 	kube       client.Client
 	ctx        context.Context
 	cancel     context.CancelFunc
@@ -58,16 +55,10 @@ func TestPlacement(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	ctx, cancel = context.WithCancel(context.Background())
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := testEnv.Start()
-	Expect(err).NotTo(HaveOccurred(), "starting envtest; run 'make test' so that KUBEBUILDER_ASSETS points at the binaries hack/envtest.sh builds")
-	scheme := runtime.NewScheme()
-	Expect(v1.AddToScheme(scheme)).To(Succeed())
-	base, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	var err error
+	testEnv, err = testenv.Start()
 	Expect(err).NotTo(HaveOccurred())
+	base := testEnv.Client
 	count := func() { writes.Add(1) }
 	kube = interceptor.NewClient(base, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {

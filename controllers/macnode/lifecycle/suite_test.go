@@ -18,26 +18,22 @@ package lifecycle_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
+	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
 
 var (
-	testEnv    *envtest.Environment
+	testEnv    *testenv.Env
 	kube       client.Client
 	ctx        context.Context
 	cancel     context.CancelFunc
@@ -55,17 +51,10 @@ func TestLifecycle(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	ctx, cancel = context.WithCancel(context.Background())
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := testEnv.Start()
-	Expect(err).NotTo(HaveOccurred(), "starting envtest; run 'make test' so that KUBEBUILDER_ASSETS points at the binaries hack/envtest.sh builds")
-	scheme := runtime.NewScheme()
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(v1.AddToScheme(scheme)).To(Succeed())
-	kube, err = client.New(cfg, client.Options{Scheme: scheme})
+	var err error
+	testEnv, err = testenv.Start()
 	Expect(err).NotTo(HaveOccurred())
+	kube = testEnv.Client
 	Expect(kube.Create(ctx, &corev1.Namespace{ObjectMeta: objectMeta(lifecycle.LeaseNamespace)})).To(Succeed())
 })
 
