@@ -28,6 +28,7 @@ import (
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
 	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
+	"github.com/ck-synapse/synapse-fleet/controllers/prewarm"
 )
 
 // Controller is one reconciler of synapse-controller.
@@ -42,6 +43,7 @@ func NewControllers(clk clock.Clock, kube client.Client, recorder events.EventRe
 		placement.NewController(clk, kube, recorder),
 		endpoints.NewController(kube),
 		identity.NewController(clk, kube, recorder),
+		prewarm.NewController(clk, kube),
 		lifecycle.NewController(clk, kube, recorder),
 	}
 }

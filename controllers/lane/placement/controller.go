@@ -44,12 +44,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/prewarm"
 )
 
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=cataloglanes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=cataloglanes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes;certifiedidentities,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes;certifiedidentities;prewarmpolicies,verbs=get;list;watch
 
 // Controller reconciles CatalogLanes into LanePlacements.
 type Controller struct {
@@ -86,6 +87,7 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		Owns(&v1.LanePlacement{}).
 		Watches(&v1.MacNode{}, allLanes).
 		Watches(&v1.CertifiedIdentity{}, allLanes).
+		Watches(&v1.PrewarmPolicy{}, allLanes).
 		Complete(c)
 }
 
@@ -117,7 +119,13 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 
-	placed, reason, message, err := c.place(ctx, lane, identity, placements.Items, nodes.Items)
+	var policies v1.PrewarmPolicyList
+	if err := c.kube.List(ctx, &policies, client.InNamespace(lane.Namespace)); err != nil {
+		return reconcile.Result{}, err
+	}
+	prewarmRungs := prewarm.Resolve(lane, policies.Items).Rungs
+
+	placed, reason, message, err := c.place(ctx, lane, identity, placements.Items, nodes.Items, prewarmRungs)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -141,7 +149,7 @@ func schedulable(node *v1.MacNode) bool {
 
 // place creates and deletes placements so the lane has its replicas, and returns the live
 // placements with the Placed reason and message.
-func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *v1.CertifiedIdentity, existing []v1.LanePlacement, nodes []v1.MacNode) ([]v1.LanePlacement, string, string, error) {
+func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *v1.CertifiedIdentity, existing []v1.LanePlacement, nodes []v1.MacNode, prewarmRungs []v1.Rung) ([]v1.LanePlacement, string, string, error) {
 	if identity == nil {
 		return c.keep(existing), v1.LaneReasonIdentityNotFound,
 			fmt.Sprintf("CertifiedIdentity %q does not exist; create it or fix spec.identityRef", lane.Spec.IdentityRef.Name), nil
@@ -160,6 +168,14 @@ func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *
 			}
 			c.recorder.Eventf(lane, &p, "Warning", "IdentityMismatch", "Retire", "node %s no longer runs identity %s; placement retired", p.Spec.Node, identity.Name)
 			continue
+		}
+		if !slices.Equal(p.Spec.PrewarmRungs, prewarmRungs) {
+			// The resolved prewarm rungs changed (a policy was added, edited or removed).
+			stored := p.DeepCopy()
+			p.Spec.PrewarmRungs = prewarmRungs
+			if err := c.kube.Patch(ctx, &p, client.MergeFrom(stored)); client.IgnoreNotFound(err) != nil {
+				return nil, "", "", err
+			}
 		}
 		kept = append(kept, p)
 	}
@@ -226,7 +242,7 @@ func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *
 		return strings.Compare(a.Name, b.Name)
 	})
 	for _, n := range eligible[:min(len(eligible), want-len(kept))] {
-		p := newPlacement(lane, identity, n.Name)
+		p := newPlacement(lane, identity, n.Name, prewarmRungs)
 		if err := controllerutil.SetControllerReference(lane, p, c.kube.Scheme()); err != nil {
 			return nil, "", "", err
 		}
@@ -289,7 +305,7 @@ func placementName(lane, node string) string {
 	return name[:240] + "-" + hex.EncodeToString(sum[:6])
 }
 
-func newPlacement(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, node string) *v1.LanePlacement {
+func newPlacement(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, node string, prewarmRungs []v1.Rung) *v1.LanePlacement {
 	ceiling := int32(lane.Spec.Rungs[len(lane.Spec.Rungs)-1])
 	if lane.Spec.Ceiling != nil {
 		ceiling = *lane.Spec.Ceiling
@@ -308,6 +324,7 @@ func newPlacement(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, node str
 			Lane: lane.Name, Node: node, Identity: identity.Name, Task: lane.Spec.Task, Device: lane.Spec.Device,
 			Rungs: slices.Clone(lane.Spec.Rungs), Ceiling: ceiling, MaxResidentShapes: maxShapes,
 			AdmissionBoundSeconds: lane.Spec.AdmissionBoundSeconds, RequestDeadlineSeconds: lane.Spec.RequestDeadlineSeconds,
+			PrewarmRungs: prewarmRungs,
 		},
 	}
 }

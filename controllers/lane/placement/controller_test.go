@@ -243,6 +243,20 @@ var _ = Describe("Placement", func() {
 		Expect(placements(lane)).NotTo(HaveKey(first.Name))
 	})
 
+	It("should carry the resolved prewarm rungs, and follow a policy that changes", func() {
+		id := newIdentity()
+		n := newNode()
+		lane := reconcileLane(newLane(id, 1))
+		Expect(placements(lane)[n.Name].Spec.PrewarmRungs).To(Equal([]v1.Rung{128, 256, 512}), "the default")
+		policy := &v1.PrewarmPolicy{ObjectMeta: metav1.ObjectMeta{Name: unique("prewarm"), Namespace: "default"},
+			Spec: v1.PrewarmPolicySpec{Rungs: []v1.Rung{256, 1024}}}
+		lane.Spec.PrewarmPolicyRef = &v1.LocalObjectReference{Name: policy.Name}
+		Expect(kube.Create(ctx, policy)).To(Succeed())
+		Expect(kube.Update(ctx, lane)).To(Succeed())
+		lane = reconcileLane(lane)
+		Expect(placements(lane)[n.Name].Spec.PrewarmRungs).To(Equal([]v1.Rung{256}), "only rungs of the ladder")
+	})
+
 	It("should write nothing on a resync with nothing to change", func() {
 		id := newIdentity()
 		newNode()

@@ -1,0 +1,55 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package prewarm_test
+
+import (
+	"context"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ck-synapse/synapse-fleet/test/testenv"
+)
+
+var (
+	testEnv *testenv.Env
+	kube    client.Client
+	ctx     context.Context
+	cancel  context.CancelFunc
+)
+
+func TestPrewarmPolicies(t *testing.T) {
+	RegisterFailHandler(Fail)
+	suiteConfig, reporterConfig := GinkgoConfiguration()
+	suiteConfig.RandomizeAllSpecs = true
+	RunSpecs(t, "Prewarm policies", suiteConfig, reporterConfig)
+}
+
+var _ = BeforeSuite(func() {
+	ctx, cancel = context.WithCancel(context.Background())
+	var err error
+	testEnv, err = testenv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	kube = testEnv.Client
+})
+
+var _ = AfterSuite(func() {
+	cancel()
+	Expect(testEnv.Stop()).To(Succeed())
+})
