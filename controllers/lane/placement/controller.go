@@ -44,6 +44,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
 	"github.com/ck-synapse/synapse-fleet/controllers/prewarm"
 )
 
@@ -130,6 +131,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	c.setStatus(lane, placed, reason, message)
+	metrics.UnplaceableLanes.DeletePartialMatch(map[string]string{"namespace": lane.Namespace, "lane": lane.Name})
+	if reason != v1.LaneReasonPlaced {
+		metrics.UnplaceableLanes.WithLabelValues(lane.Namespace, lane.Name, reason).Set(1)
+	}
 	if !equality.Semantic.DeepEqual(stored.Status, lane.Status) {
 		if stored.Status.Conditions == nil || meta.IsStatusConditionTrue(stored.Status.Conditions, v1.LaneConditionPlaced) != meta.IsStatusConditionTrue(lane.Status.Conditions, v1.LaneConditionPlaced) {
 			if reason != v1.LaneReasonPlaced {
@@ -167,6 +172,7 @@ func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *
 				return nil, "", "", err
 			}
 			c.recorder.Eventf(lane, &p, "Warning", "IdentityMismatch", "Retire", "node %s no longer runs identity %s; placement retired", p.Spec.Node, identity.Name)
+			metrics.PlacementDecisions.WithLabelValues("identity_mismatch").Inc()
 			continue
 		}
 		if !slices.Equal(p.Spec.PrewarmRungs, prewarmRungs) {
@@ -198,6 +204,7 @@ func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *
 			if err := c.kube.Delete(ctx, &p); client.IgnoreNotFound(err) != nil {
 				return nil, "", "", err
 			}
+			metrics.PlacementDecisions.WithLabelValues("scaled_down").Inc()
 		}
 		kept = kept[len(kept)-want:]
 	}
@@ -250,6 +257,7 @@ func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *
 			return nil, "", "", err
 		}
 		c.recorder.Eventf(lane, p, "Normal", "Placed", "Place", "placed on node %s", n.Name)
+		metrics.PlacementDecisions.WithLabelValues("placed").Inc()
 		kept = append(kept, *p)
 	}
 	switch {

@@ -21,12 +21,14 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
 )
 
 const build = v1.MacOSBuild("25B78")
@@ -148,6 +150,17 @@ var _ = Describe("Placement", func() {
 		Expect(metav1.IsControlledBy(&p, lane)).To(BeTrue())
 		Expect(placedReason(lane)).To(Equal(v1.LaneReasonPlaced))
 		Expect(lane.Status.Replicas).To(BeEquivalentTo(2))
+	})
+
+	It("should count its decisions and expose unplaceable lanes as metrics", func() {
+		before := testutil.ToFloat64(metrics.PlacementDecisions.WithLabelValues("placed"))
+		id := newIdentity()
+		newNode()
+		reconcileLane(newLane(id, 1))
+		Expect(testutil.ToFloat64(metrics.PlacementDecisions.WithLabelValues("placed"))).To(Equal(before + 1))
+
+		stuck := reconcileLane(newLane(id, 3))
+		Expect(testutil.ToFloat64(metrics.UnplaceableLanes.WithLabelValues("default", stuck.Name, placedReason(stuck)))).To(Equal(1.0))
 	})
 
 	Context("when a node runs another macOS build", func() {

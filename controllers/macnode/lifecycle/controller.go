@@ -41,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
 )
 
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes,verbs=get;list;watch
@@ -91,6 +92,9 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	node := &v1.MacNode{}
 	if err := c.kube.Get(ctx, req.NamespacedName, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			metrics.NodeReady.DeleteLabelValues(req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	now := c.clk.Now()
@@ -100,8 +104,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	expiresAt := renewed.Add(c.grace)
 	if now.Before(expiresAt) {
+		metrics.NodeReady.WithLabelValues(node.Name).Set(1)
 		return reconcile.Result{RequeueAfter: expiresAt.Sub(now)}, nil
 	}
+	metrics.NodeReady.WithLabelValues(node.Name).Set(0)
 
 	stored := node.DeepCopy()
 	if !meta.IsStatusConditionPresentAndEqual(node.Status.Conditions, v1.ConditionReady, metav1.ConditionUnknown) {
@@ -158,6 +164,7 @@ func (c *Controller) evict(ctx context.Context, node *v1.MacNode) error {
 				return err
 			}
 		}
+		metrics.PlacementDecisions.WithLabelValues("node_lost").Inc()
 		c.recorder.Eventf(p, node, "Warning", "NodeLost", "Evict",
 			"node %s has been Unknown for %s; placement forced away to be re-placed", node.Name, c.eviction)
 	}
