@@ -1,0 +1,150 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package scale measures the controllers against a real API server at fleet scale.
+package scale
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
+	"github.com/ck-synapse/synapse-fleet/test/testenv"
+)
+
+func env(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+// BenchmarkPlacementAtScale places M lanes (SCALE_LANES, default 500) of one replica on N
+// MacNodes (SCALE_NODES, default 100) through a real API server, reconciling every lane once,
+// and reports the time until every lane is placed, the API requests per placement, and the
+// writes of a resync with nothing to change (the goal is zero).
+func BenchmarkPlacementAtScale(b *testing.B) {
+	nodes, lanes := env("SCALE_NODES", 100), env("SCALE_LANES", 500)
+	te, err := testenv.Start()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer te.Stop()
+	ctx := context.Background()
+	var reads, writes atomic.Int64
+	kube := interceptor.NewClient(te.Client, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			reads.Add(1)
+			return c.Get(ctx, key, obj, opts...)
+		},
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			reads.Add(1)
+			return c.List(ctx, list, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			writes.Add(1)
+			return c.Create(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			writes.Add(1)
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			writes.Add(1)
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			writes.Add(1)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+
+	digest := v1.Sha256Digest(fmt.Sprintf("sha256:%064x", 42))
+	id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "gte"}, Spec: v1.CertifiedIdentitySpec{
+		Worker: v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
+		Model: v1.ModelIdentity{Name: "gte", Revision: "r", Layers: 1, HiddenSize: 768, EmbeddingDimensions: 768,
+			CheckpointDigest: digest}, ConversionPolicy: v1.ConversionPolicy{Name: "p", Digest: digest}, MacOSBuild: "25B78", VectorSpaceID: "gte"}}
+	if err := te.Client.Create(ctx, id); err != nil {
+		b.Fatal(err)
+	}
+	for i := range nodes {
+		n := &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("mac-%04d", i)}}
+		if err := te.Client.Create(ctx, n); err != nil {
+			b.Fatal(err)
+		}
+		n.Status = v1.MacNodeStatus{Platform: v1.Platform{MacOSBuild: "25B78"},
+			Worker:   v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
+			Capacity: v1.ExecutableBudget{LayerExecutables: 100},
+			Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady,
+				LastTransitionTime: metav1.Now()}}}
+		if err := te.Client.Status().Update(ctx, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var reqs []reconcile.Request
+	for i := range lanes {
+		l := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lane-%05d", i), Namespace: "default"},
+			Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
+				Rungs: []v1.Rung{128}, Replicas: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+		if err := te.Client.Create(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(l)})
+	}
+	ctl := placement.NewController(clocktesting.NewFakeClock(time.Now()), kube, events.NewFakeRecorder(lanes*4))
+
+	b.ResetTimer()
+	start := time.Now()
+	for _, r := range reqs {
+		if _, err := ctl.Reconcile(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	placedIn := time.Since(start)
+	b.StopTimer()
+	placedReads, placedWrites := reads.Load(), writes.Load()
+
+	var ps v1.LanePlacementList
+	if err := te.Client.List(ctx, &ps); err != nil {
+		b.Fatal(err)
+	}
+	if len(ps.Items) != lanes {
+		b.Fatalf("%d placements for %d lanes", len(ps.Items), lanes)
+	}
+	writes.Store(0)
+	for _, r := range reqs {
+		if _, err := ctl.Reconcile(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(placedIn.Seconds(), "s-to-place-all")
+	b.ReportMetric(float64(placedReads+placedWrites)/float64(lanes), "api-requests/placement")
+	b.ReportMetric(float64(placedWrites)/float64(lanes), "writes/placement")
+	b.ReportMetric(float64(writes.Load()), "idle-resync-writes")
+}
