@@ -1,0 +1,151 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers"
+	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
+	"github.com/ck-synapse/synapse-fleet/test/testenv"
+)
+
+func TestManager(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Controller manager")
+}
+
+var (
+	te     *testenv.Env
+	kube   client.Client
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+)
+
+var _ = BeforeSuite(func() {
+	var err error
+	te, err = testenv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	kube = te.Client
+	ctx, cancel = context.WithCancel(context.Background())
+
+	mgr, err := ctrl.NewManager(te.Config, ctrl.Options{
+		Scheme:                  te.Scheme,
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		LeaderElection:          true,
+		LeaderElectionID:        "synapse-controller.fleet.synapse.dev",
+		LeaderElectionNamespace: "default",
+	})
+	Expect(err).NotTo(HaveOccurred())
+	for _, c := range controllers.NewControllers(clock.RealClock{}, mgr.GetClient(), mgr.GetEventRecorder("synapse-controller")) {
+		Expect(c.Register(ctx, mgr)).To(Succeed())
+	}
+	done = make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+	Expect(kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lifecycle.LeaseNamespace}})).To(Succeed())
+})
+
+var _ = AfterSuite(func() {
+	cancel()
+	<-done
+	Expect(te.Stop()).To(Succeed())
+})
+
+// fakeAgent registers a MacNode and heartbeats its Lease, as a node agent does.
+func fakeAgent(name string, digest v1.Sha256Digest, ip string) {
+	GinkgoHelper()
+	n := &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	Expect(kube.Create(ctx, n)).To(Succeed())
+	n.Status = v1.MacNodeStatus{Platform: v1.Platform{Chip: "M4", MacOSBuild: "25B78"},
+		Worker:      v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
+		Capacity:    v1.ExecutableBudget{LayerExecutables: 100},
+		Addresses:   []v1.NodeAddress{{Type: "InternalIP", Address: ip}},
+		ServingPort: 8080,
+		Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady,
+			LastTransitionTime: metav1.Now()}}}
+	Expect(kube.Status().Update(ctx, n)).To(Succeed())
+	Expect(kube.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: lifecycle.LeaseNamespace},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), RenewTime: ptr.To(metav1.NowMicro())}})).To(Succeed())
+}
+
+var _ = Describe("The manager", func() {
+	It("should take the leader lease and place a lane end to end with agents that report Ready", func() {
+		Eventually(func(g Gomega) {
+			lease := &coordinationv1.Lease{}
+			g.Expect(kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "synapse-controller.fleet.synapse.dev"}, lease)).To(Succeed())
+			g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+
+		digest := v1.Sha256Digest(fmt.Sprintf("sha256:%064x", 7))
+		Expect(kube.Create(ctx, &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "gte"}, Spec: v1.CertifiedIdentitySpec{
+			Worker: v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
+			Model: v1.ModelIdentity{Name: "gte", Revision: "r", Layers: 22, HiddenSize: 768, EmbeddingDimensions: 768, CheckpointDigest: digest},
+			ConversionPolicy: v1.ConversionPolicy{Name: "p", Digest: digest}, MacOSBuild: "25B78", VectorSpaceID: "gte"}})).To(Succeed())
+		fakeAgent("mac-a", digest, "10.0.0.1")
+		fakeAgent("mac-b", digest, "10.0.0.2")
+		lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: "gte-search", Namespace: "default"},
+			Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
+				Rungs: []v1.Rung{128, 256}, Replicas: 2, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+		Expect(kube.Create(ctx, lane)).To(Succeed())
+
+		Eventually(func(g Gomega) {
+			got := &v1.CatalogLane{}
+			g.Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), got)).To(Succeed())
+			g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, v1.LaneConditionPlaced)).To(BeTrue())
+			g.Expect(got.Status.Nodes).To(Equal([]string{"mac-a", "mac-b"}))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+
+		// The agents report their placements Ready: the lane's endpoints follow.
+		var ps v1.LanePlacementList
+		Expect(kube.List(ctx, &ps, client.MatchingLabels{v1.LabelLane: lane.Name})).To(Succeed())
+		for i := range ps.Items {
+			ps.Items[i].Status.Phase = v1.PhaseReady
+			Expect(kube.Status().Update(ctx, &ps.Items[i])).To(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			var slices discoveryv1.EndpointSliceList
+			g.Expect(kube.List(ctx, &slices, client.MatchingLabels{discoveryv1.LabelServiceName: lane.Name})).To(Succeed())
+			g.Expect(slices.Items).To(HaveLen(1))
+			g.Expect(slices.Items[0].Endpoints).To(HaveLen(2))
+			got := &v1.CatalogLane{}
+			g.Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), got)).To(Succeed())
+			g.Expect(got.Status.ReadyReplicas).To(BeEquivalentTo(2))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+	})
+})
