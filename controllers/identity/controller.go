@@ -31,10 +31,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/internal/enqueue"
 )
 
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities,verbs=get;list;watch;update;patch
@@ -58,17 +58,7 @@ func (c *Controller) Name() string { return "identity" }
 
 // Register watches identities, the lanes that use them and the nodes that match them.
 func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
-	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		var ids v1.CertifiedIdentityList
-		if err := c.kube.List(ctx, &ids); err != nil {
-			return nil
-		}
-		out := make([]reconcile.Request, 0, len(ids.Items))
-		for _, i := range ids.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Name: i.Name}})
-		}
-		return out
-	})
+	all := enqueue.All(c.kube, func() client.ObjectList { return &v1.CertifiedIdentityList{} }, false)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(c.Name()).
 		For(&v1.CertifiedIdentity{}).

@@ -27,10 +27,10 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/internal/enqueue"
 )
 
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=prewarmpolicies,verbs=get;list;watch
@@ -52,17 +52,7 @@ func (c *Controller) Name() string { return "prewarm" }
 
 // Register watches policies and the lanes of their namespace.
 func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
-	policiesOf := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		var ps v1.PrewarmPolicyList
-		if err := c.kube.List(ctx, &ps, client.InNamespace(o.GetNamespace())); err != nil {
-			return nil
-		}
-		var out []reconcile.Request
-		for _, p := range ps.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
-		}
-		return out
-	})
+	policiesOf := enqueue.All(c.kube, func() client.ObjectList { return &v1.PrewarmPolicyList{} }, true)
 	return ctrl.NewControllerManagedBy(mgr).Named(c.Name()).
 		For(&v1.PrewarmPolicy{}).
 		Watches(&v1.CatalogLane{}, policiesOf).

@@ -40,10 +40,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/internal/enqueue"
 	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
 	"github.com/ck-synapse/synapse-fleet/controllers/prewarm"
 )
@@ -71,17 +71,7 @@ func (c *Controller) Name() string { return "lane.placement" }
 // Register adds the controller to the manager: lanes, their placements, and the nodes and
 // identities that decide where they go.
 func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
-	allLanes := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		var lanes v1.CatalogLaneList
-		if err := c.kube.List(ctx, &lanes); err != nil {
-			return nil
-		}
-		out := make([]reconcile.Request, 0, len(lanes.Items))
-		for _, l := range lanes.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&l)})
-		}
-		return out
-	})
+	allLanes := enqueue.All(c.kube, func() client.ObjectList { return &v1.CatalogLaneList{} }, false)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(c.Name()).
 		For(&v1.CatalogLane{}).
