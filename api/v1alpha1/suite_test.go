@@ -20,8 +20,6 @@ import (
 	"context"
 	"testing"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ck-synapse/synapse-fleet/test/testenv"
@@ -30,28 +28,9 @@ import (
 // The API suite runs the generated CRDs in a real kube-apiserver, so what it asserts is what a
 // user applying a manifest is told.
 var (
-	testEnv   *testenv.Env
+	ctx       = context.Background()
 	k8sClient client.Client
-	ctx       context.Context
-	cancel    context.CancelFunc
+	_         = testenv.Suite(func(e *testenv.Env) { k8sClient = e.Client })
 )
 
-func TestAPI(t *testing.T) {
-	RegisterFailHandler(Fail)
-	suiteConfig, reporterConfig := GinkgoConfiguration()
-	suiteConfig.RandomizeAllSpecs = true
-	RunSpecs(t, "API validation", suiteConfig, reporterConfig)
-}
-
-var _ = BeforeSuite(func() {
-	ctx, cancel = context.WithCancel(context.Background())
-	var err error
-	testEnv, err = testenv.Start()
-	Expect(err).NotTo(HaveOccurred())
-	k8sClient = testEnv.Client
-})
-
-var _ = AfterSuite(func() {
-	cancel()
-	Expect(testEnv.Stop()).To(Succeed())
-})
+func TestAPI(t *testing.T) { testenv.RunSpecs(t, "API validation") }

@@ -30,7 +30,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
@@ -58,32 +57,7 @@ func BenchmarkPlacementAtScale(b *testing.B) {
 	defer te.Stop()
 	ctx := context.Background()
 	var reads, writes atomic.Int64
-	kube := interceptor.NewClient(te.Client, interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			reads.Add(1)
-			return c.Get(ctx, key, obj, opts...)
-		},
-		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			reads.Add(1)
-			return c.List(ctx, list, opts...)
-		},
-		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			writes.Add(1)
-			return c.Create(ctx, obj, opts...)
-		},
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			writes.Add(1)
-			return c.Patch(ctx, obj, patch, opts...)
-		},
-		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			writes.Add(1)
-			return c.Delete(ctx, obj, opts...)
-		},
-		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			writes.Add(1)
-			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-		},
-	})
+	kube := testenv.Counting(te.Client, &reads, &writes)
 
 	digest := v1.Sha256Digest(fmt.Sprintf("sha256:%064x", 42))
 	id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "gte"}, Spec: v1.CertifiedIdentitySpec{

@@ -19,14 +19,21 @@ limitations under the License.
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
@@ -70,3 +77,71 @@ func Start() (*Env, error) {
 
 // Stop stops the control plane.
 func (e *Env) Stop() error { return e.env.Stop() }
+
+// Suite registers, for the calling ginkgo suite, a BeforeSuite that starts the control plane and
+// then runs setup (wiring the suite's own clients, namespaces, ...) and an AfterSuite that stops
+// it. The returned Env is filled in before the first spec runs.
+func Suite(setup ...func(*Env)) *Env {
+	e := &Env{}
+	ginkgo.BeforeSuite(func() {
+		started, err := Start()
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		*e = *started
+		for _, f := range setup {
+			f(e)
+		}
+	})
+	ginkgo.AfterSuite(func() {
+		gomega.Expect(e.Stop()).To(gomega.Succeed())
+	})
+	return e
+}
+
+// RunSpecs runs the package's specs, in random order.
+func RunSpecs(t *testing.T, name string) {
+	gomega.RegisterFailHandler(ginkgo.Fail)
+	suiteConfig, reporterConfig := ginkgo.GinkgoConfiguration()
+	suiteConfig.RandomizeAllSpecs = true
+	ginkgo.RunSpecs(t, name, suiteConfig, reporterConfig)
+}
+
+// Counting wraps c so that every read (get, list) adds one to reads and every write (create,
+// update, patch, delete, status patch) one to writes; either counter may be nil. Tests use it
+// to see how many API requests a reconcile makes, and that an idle one writes nothing.
+func Counting(c client.WithWatch, reads, writes *atomic.Int64) client.WithWatch {
+	add := func(n *atomic.Int64) {
+		if n != nil {
+			n.Add(1)
+		}
+	}
+	return interceptor.NewClient(c, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			add(reads)
+			return c.Get(ctx, key, obj, opts...)
+		},
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			add(reads)
+			return c.List(ctx, list, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			add(writes)
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			add(writes)
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			add(writes)
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			add(writes)
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			add(writes)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+}

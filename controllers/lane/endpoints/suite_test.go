@@ -20,36 +20,15 @@ import (
 	"context"
 	"testing"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
 
 var (
-	testEnv *testenv.Env
-	kube    client.Client
-	ctx     context.Context
-	cancel  context.CancelFunc
+	ctx  = context.Background()
+	kube client.Client
+	_    = testenv.Suite(func(e *testenv.Env) { kube = e.Client })
 )
 
-func TestEndpoints(t *testing.T) {
-	RegisterFailHandler(Fail)
-	suiteConfig, reporterConfig := GinkgoConfiguration()
-	suiteConfig.RandomizeAllSpecs = true
-	RunSpecs(t, "Lane endpoints", suiteConfig, reporterConfig)
-}
-
-var _ = BeforeSuite(func() {
-	ctx, cancel = context.WithCancel(context.Background())
-	var err error
-	testEnv, err = testenv.Start()
-	Expect(err).NotTo(HaveOccurred())
-	kube = testEnv.Client
-})
-
-var _ = AfterSuite(func() {
-	cancel()
-	Expect(testEnv.Stop()).To(Succeed())
-})
+func TestEndpoints(t *testing.T) { testenv.RunSpecs(t, "Lane endpoints") }

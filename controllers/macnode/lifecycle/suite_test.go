@@ -33,30 +33,18 @@ import (
 )
 
 var (
-	testEnv    *testenv.Env
+	ctx        = context.Background()
 	kube       client.Client
-	ctx        context.Context
-	cancel     context.CancelFunc
 	clk        *clocktesting.FakeClock
 	recorder   *events.FakeRecorder
 	controller *lifecycle.Controller
+	_          = testenv.Suite(func(e *testenv.Env) {
+		kube = e.Client
+		Expect(kube.Create(ctx, &corev1.Namespace{ObjectMeta: objectMeta(lifecycle.LeaseNamespace)})).To(Succeed())
+	})
 )
 
-func TestLifecycle(t *testing.T) {
-	RegisterFailHandler(Fail)
-	suiteConfig, reporterConfig := GinkgoConfiguration()
-	suiteConfig.RandomizeAllSpecs = true
-	RunSpecs(t, "MacNode lifecycle", suiteConfig, reporterConfig)
-}
-
-var _ = BeforeSuite(func() {
-	ctx, cancel = context.WithCancel(context.Background())
-	var err error
-	testEnv, err = testenv.Start()
-	Expect(err).NotTo(HaveOccurred())
-	kube = testEnv.Client
-	Expect(kube.Create(ctx, &corev1.Namespace{ObjectMeta: objectMeta(lifecycle.LeaseNamespace)})).To(Succeed())
-})
+func TestLifecycle(t *testing.T) { testenv.RunSpecs(t, "MacNode lifecycle") }
 
 var _ = BeforeEach(func() {
 	// The API server stamps creation times from the real clock; the fake one starts there.
@@ -64,9 +52,4 @@ var _ = BeforeEach(func() {
 	clk = clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
 	recorder = events.NewFakeRecorder(100)
 	controller = lifecycle.NewController(clk, kube, recorder)
-})
-
-var _ = AfterSuite(func() {
-	cancel()
-	Expect(testEnv.Stop()).To(Succeed())
 })
