@@ -19,6 +19,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
@@ -55,6 +56,9 @@ func (s *Supervisor) admit(now time.Time, m *model, j *compilequeue.Job) {
 	s.trace(Event{At: now, Kind: EventReservation, RequestID: requestID, Lane: m.spec.Lane, Rung: sh.rung, Ticket: ticket, Used: s.used})
 	ev := Event{RequestID: requestID, Lane: m.spec.Lane, Rung: sh.rung, Ticket: ticket, RPC: "admit"}
 	st, gen := m.stream, m.gen
+	progress := &admissionState{AdmissionProgress: AdmissionProgress{Rung: sh.rung, LayersTotal: j.Layers, Started: now,
+		PredictedDone: now.Add(j.Prediction.Cost)}}
+	m.admitting = progress
 	go func() {
 		var rpcStart time.Time
 		var got Admission
@@ -64,7 +68,7 @@ func (s *Supervisor) admit(now time.Time, m *model, j *compilequeue.Job) {
 				// never from time spent waiting for its stream.
 				rpcStart = s.clk.Now()
 				var err error
-				got, err = w.Admit(context.Background(), sh.rung)
+				got, err = w.Admit(withProgress(context.Background(), progress), sh.rung)
 				return err
 			})
 		})
@@ -76,6 +80,9 @@ func (s *Supervisor) admit(now time.Time, m *model, j *compilequeue.Job) {
 // admitted applies an admission's outcome.
 func (s *Supervisor) admitted(now time.Time, m *model, gen int64, sh *shape, j *compilequeue.Job, got Admission, err error, took time.Duration) {
 	m.busy--
+	if m.admitting != nil && m.admitting.Rung == sh.rung {
+		m.admitting = nil
+	}
 	lane := m.spec.Lane
 	kind := compilequeue.Compile
 	if got.CompiledLayers != nil && *got.CompiledLayers == 0 {
@@ -131,6 +138,7 @@ func (s *Supervisor) admitted(now time.Time, m *model, gen int64, sh *shape, j *
 			}
 		}
 		s.log.Info("the worker refused an admission", "lane", lane, "rung", sh.rung, "code", we.Code)
+		m.lastFault = &Fault{Code: we.Code, Message: fmt.Sprintf("admitting rung %d: %s", sh.rung, we.Message), At: now}
 		s.answerJob(j.Waiters(), func(w *waiter) error { return refusal.New(code, lane, "admitting rung %d: %s", sh.rung, we.Message) })
 
 	default:

@@ -117,6 +117,7 @@ func (w *fakeWorker) Admit(ctx context.Context, rung int) (Admission, error) {
 	cost := w.admitCost[rung]
 	w.mu.Unlock()
 	if cost > 0 {
+		ReportProgress(ctx, 11) // half the layers, as a worker reporting progress does
 		select {
 		case <-w.clk.After(cost):
 		case <-w.exited:

@@ -64,6 +64,10 @@ type model struct {
 	// current generation's progress.
 	prewarmRungs []int
 	prewarm      *prewarm
+	// admitting is the admission on the wire, for the status; lastFault and restarts too.
+	admitting *admissionState
+	lastFault *Fault
+	restarts  int
 }
 
 // owner names the model in the compile queue. It is the lane, not the generation: a

@@ -18,6 +18,7 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
@@ -37,6 +38,7 @@ func (s *Supervisor) fault(now time.Time, m *model, gen int64, err error) {
 		m.state = recovering
 	}
 	m.restartBegan = now
+	m.lastFault = &Fault{Code: string(refusal.EngineCrashed), Message: fmt.Sprintf("worker generation %d: %v", gen, err), At: now}
 	s.queue.SetRecovering(m.owner(), true)
 	if s.gate != nil && s.gate.m == m && s.gate.gen == gen {
 		// An unknown outcome holds the gate for at most this long if the exit is not confirmed.
@@ -122,6 +124,7 @@ func (s *Supervisor) spawned(now time.Time, m *model, gen int64, w Worker, cache
 	}
 	m.gen, m.stream = gen, &stream{w: w, gen: gen}
 	m.state = running
+	m.restarts++
 	m.cached = map[int]bool{}
 	for _, r := range cached {
 		m.cached[r] = true

@@ -1,0 +1,78 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package supervisor
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+)
+
+func TestSnapshotReportsAdmissionProgressResidencyAndFaults(t *testing.T) {
+	h := newHarness(t, 100)
+	h.spawner.configure = func(w *fakeWorker) { w.setAdmitCost(256, 2*time.Minute) }
+	h.load("a")
+	if _, ok := h.s.Snapshot("b"); ok {
+		t.Fatal("a lane that is not loaded has a snapshot")
+	}
+
+	h.resident("a", 128).Release()
+	slow := h.acquire("a", 256)
+	h.admitWaiting()
+	eventually(t, "the worker reported half its layers", func() bool {
+		snap, _ := h.s.Snapshot("a")
+		return snap.Admitting != nil && snap.Admitting.LayersDone == 11
+	})
+	snap, _ := h.s.Snapshot("a")
+	a := snap.Admitting
+	want := compilequeue.NewCostModel().Predict(compilequeue.Shape{Model: "gte", Rung: 256}, 22, false).Cost
+	if a.Rung != 256 || a.LayersTotal != 22 || a.PredictedDone.Sub(a.Started) != want {
+		t.Fatalf("admitting %+v, want rung 256 of 22 layers predicted %s", a, want)
+	}
+	if !slices.Equal(snap.Resident, []int{128}) || !snap.Running || snap.Generation != 1 {
+		t.Fatalf("snapshot %+v, want generation 1 running with 128 resident", snap)
+	}
+	node := h.s.Node()
+	if node.QueueLength != 1 || node.Running != "a@256" || !node.PredictedDrain.Equal(a.PredictedDone) || node.Used != 44 {
+		t.Fatalf("node %+v, want one running admission a@256 draining at %s with 44 used", node, a.PredictedDone)
+	}
+
+	h.step(2 * time.Minute)
+	h.got(slow).lease.Release()
+	snap, _ = h.s.Snapshot("a")
+	if snap.Admitting != nil || !slices.Equal(snap.Resident, []int{128, 256}) || !slices.Equal(snap.Cached, []int{128, 256}) {
+		t.Fatalf("after the admission: %+v", snap)
+	}
+
+	if err := h.faultAnExchange("a", 1); refusal.CodeOf(err) != refusal.EngineCrashed {
+		t.Fatalf("faulted exchange: %v", err)
+	}
+	eventually(t, "the replacement is connected", func() bool {
+		snap, _ := h.s.Snapshot("a")
+		return snap.Generation == 2 && snap.Running
+	})
+	snap, _ = h.s.Snapshot("a")
+	if snap.Restarts != 1 || snap.LastFault == nil || snap.LastFault.Code != string(refusal.EngineCrashed) || len(snap.Resident) != 0 {
+		t.Fatalf("after the fault: %+v (fault %+v)", snap, snap.LastFault)
+	}
+	if lanes := h.s.Lanes(); !slices.Equal(lanes, []string{"a"}) {
+		t.Fatalf("lanes %v", lanes)
+	}
+}
