@@ -48,6 +48,8 @@ const (
 	InvalidRequest Code = "invalid_request"
 	// WorkerRefused: the worker answered the request with an error of its own.
 	WorkerRefused Code = "worker_refused"
+	// NodePaused: the node is paused and has unloaded every lane; resume it or call another.
+	NodePaused Code = "node_paused"
 )
 
 // Error is a refusal.

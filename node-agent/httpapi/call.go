@@ -1,0 +1,165 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/serving"
+)
+
+// RoutingReason says why a call ran where it did. A call runs on the lane its model names, on
+// this node, each input on the smallest bucket that holds it: nothing is ever moved to another
+// lane, node, device or bucket.
+const RoutingReason = "model_names_lane/smallest_fitting_bucket"
+
+// ranOn says where a call ran: in the response body, and in headers.
+type ranOn struct {
+	Lane              string  `json:"lane"`
+	Node              string  `json:"node"`
+	Device            string  `json:"device"`
+	Buckets           []int   `json:"buckets"`
+	WorkerGenerations []int64 `json:"worker_generations"`
+	RoutingReason     string  `json:"routing_reason"`
+}
+
+// call is one request on its way through the API.
+type call struct {
+	s        *Server
+	w        http.ResponseWriter
+	r        *http.Request
+	endpoint string
+	start    time.Time
+	lane     string // namespace/name, once resolved
+	tokens   int
+	bucket   string // the largest bucket the call ran on
+}
+
+func (s *Server) begin(w http.ResponseWriter, r *http.Request, endpoint string) *call {
+	return &call{s: s, w: w, r: r, endpoint: endpoint, start: s.cfg.Clock.Now()}
+}
+
+// decode reads a JSON body, bounded in size. Unknown fields are allowed: clients send some.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return &apiError{status: http.StatusRequestEntityTooLarge, code: "request_too_large", message: fmt.Sprintf("the body is over %d bytes", MaxBodyBytes)}
+		}
+		return badRequest("invalid_json", "", "the body is not valid JSON: "+err.Error())
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("invalid_json", "", "the body holds more than one JSON value")
+	}
+	return nil
+}
+
+// lane resolves the request's model to a lane of this node that serves task.
+func (s *Server) lane(c *call, model, task string) (Lane, error) {
+	if model == "" {
+		return Lane{}, badRequest("invalid_request", "model", "model is required: the lane, as <namespace>/<lane> or a lane name unique on this node")
+	}
+	lane, err := s.cfg.Catalog.Lookup(model)
+	if err != nil {
+		return Lane{}, err
+	}
+	c.lane = lane.Namespace + "/" + lane.Name
+	if lane.Task != task {
+		return Lane{}, badRequest(string(refusal.InvalidRequest), "model", fmt.Sprintf("lane %s serves %s, not %s", c.lane, lane.Task, task))
+	}
+	return lane, nil
+}
+
+// run runs the sequences on the lane, within the lane's deadline from the request's arrival.
+func (c *call) run(lane Lane, task string, sequences [][]uint32) (*serving.Result, error) {
+	for _, seq := range sequences {
+		c.tokens += len(seq)
+	}
+	var deadline time.Time
+	if lane.Deadline > 0 {
+		deadline = c.start.Add(lane.Deadline)
+	}
+	g := c.s.metrics.inflight.WithLabelValues(c.lane)
+	g.Inc()
+	defer g.Dec()
+	return c.s.cfg.Runner.Run(c.r.Context(), lane.Key, task, sequences, deadline)
+}
+
+func (c *call) ranOn(lane Lane, res *serving.Result) ranOn {
+	out := ranOn{Lane: c.lane, Node: c.s.cfg.Node, Device: lane.Device, Buckets: res.Buckets,
+		WorkerGenerations: res.Generations, RoutingReason: RoutingReason}
+	if len(res.Buckets) > 0 {
+		c.bucket = strconv.Itoa(res.Buckets[len(res.Buckets)-1])
+	}
+	h := c.w.Header()
+	h.Set("X-Synapse-Lane", out.Lane)
+	h.Set("X-Synapse-Node", out.Node)
+	h.Set("X-Synapse-Device", out.Device)
+	h.Set("X-Synapse-Buckets", joinInts(res.Buckets))
+	h.Set("X-Synapse-Worker-Generations", joinInts(res.Generations))
+	h.Set("X-Synapse-Routing-Reason", RoutingReason)
+	return out
+}
+
+func joinInts[T int | int64](v []T) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.FormatInt(int64(x), 10)
+	}
+	return strings.Join(s, ",")
+}
+
+func (c *call) ok(v any) {
+	writeJSON(c.w, http.StatusOK, v)
+	c.observe("ok")
+}
+
+func (c *call) fail(err error) {
+	if c.r.Context().Err() != nil && refusal.CodeOf(err) == "" {
+		// The client went away; nobody reads an answer.
+		c.observe("client_closed")
+		return
+	}
+	e := fromError(err)
+	if c.lane != "" {
+		c.w.Header().Set("X-Synapse-Lane", c.lane)
+		c.w.Header().Set("X-Synapse-Node", c.s.cfg.Node)
+	}
+	writeError(c.w, e)
+	c.observe(e.code)
+}
+
+func (c *call) observe(code string) {
+	lane := c.lane
+	if lane == "" {
+		lane = "none"
+	}
+	c.s.metrics.requests.WithLabelValues(lane, c.endpoint, code).Inc()
+	if code == "ok" {
+		c.s.metrics.latency.WithLabelValues(lane, c.endpoint, c.bucket).Observe(c.s.cfg.Clock.Since(c.start).Seconds())
+	}
+}

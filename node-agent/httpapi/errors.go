@@ -1,0 +1,112 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+)
+
+// apiError is an answer that is not a result: its status, machine-readable code and message,
+// in the OpenAI error envelope that clients already parse.
+type apiError struct {
+	status     int
+	code       string
+	message    string
+	param      string
+	retryAfter time.Duration
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.message }
+
+// errorBody is {"error": {...}}, as the OpenAI API answers.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string `json:"message"`
+	// Type is the OpenAI error type: invalid_request_error for 4xx, server_error otherwise.
+	Type         string  `json:"type"`
+	Code         string  `json:"code"`
+	Param        *string `json:"param"`
+	RetryAfterMs *int64  `json:"retry_after_ms,omitempty"`
+}
+
+func badRequest(code, param, message string) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: code, param: param, message: message}
+}
+
+// statusOf maps a refusal code to its HTTP status.
+func statusOf(code refusal.Code) int {
+	switch code {
+	case refusal.UnsupportedShape:
+		return http.StatusUnprocessableEntity
+	case refusal.UnknownLane:
+		return http.StatusNotFound
+	case refusal.InvalidRequest:
+		return http.StatusBadRequest
+	case refusal.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	default:
+		// shape_compiling, engine_crashed, ane_resources_exhausted, lane_retired,
+		// worker_refused, node_paused: the lane cannot answer now; retrying may succeed.
+		return http.StatusServiceUnavailable
+	}
+}
+
+// fromError turns any error of a call into its answer.
+func fromError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var r *refusal.Error
+	if errors.As(err, &r) {
+		return &apiError{status: statusOf(r.Code), code: string(r.Code), message: r.Error(), retryAfter: r.RetryAfter}
+	}
+	return &apiError{status: http.StatusInternalServerError, code: "internal_error", message: err.Error()}
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	d := errorDetail{Message: e.message, Type: "server_error", Code: e.code}
+	if e.status < 500 {
+		d.Type = "invalid_request_error"
+	}
+	if e.param != "" {
+		d.Param = &e.param
+	}
+	if e.code == string(refusal.ShapeCompiling) {
+		ms := e.retryAfter.Milliseconds()
+		d.RetryAfterMs = &ms
+		// Retry-After is whole seconds, rounded up so a client never comes back early.
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((e.retryAfter+time.Second-1)/time.Second), 10))
+	}
+	w.Header().Set("X-Synapse-Error-Code", e.code)
+	writeJSON(w, e.status, errorBody{Error: d})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

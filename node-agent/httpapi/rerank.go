@@ -1,0 +1,161 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
+)
+
+// rerankRequest is the request Cohere, Jina and TEI-style clients send. A document is a string
+// or an object with a text field.
+type rerankRequest struct {
+	Model           string            `json:"model"`
+	Query           *string           `json:"query"`
+	Documents       []json.RawMessage `json:"documents"`
+	TopN            *int              `json:"top_n"`
+	ReturnDocuments bool              `json:"return_documents"`
+}
+
+type rerankResponse struct {
+	Object  string         `json:"object"`
+	Model   string         `json:"model"`
+	Results []rerankResult `json:"results"`
+	Usage   rerankUsage    `json:"usage"`
+	Synapse ranOn          `json:"synapse"`
+}
+
+type rerankResult struct {
+	Index          int       `json:"index"`
+	RelevanceScore float32   `json:"relevance_score"`
+	Document       *document `json:"document,omitempty"`
+}
+
+type document struct {
+	Text string `json:"text"`
+}
+
+type rerankUsage struct {
+	TotalTokens int `json:"total_tokens"`
+}
+
+func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
+	c := s.begin(w, r, "rerank")
+	var req rerankRequest
+	if err := decode(w, r, &req); err != nil {
+		c.fail(err)
+		return
+	}
+	if req.Query == nil || *req.Query == "" {
+		c.fail(badRequest("invalid_request", "query", "query is required and must not be empty"))
+		return
+	}
+	if len(req.Documents) == 0 {
+		c.fail(badRequest("invalid_request", "documents", "documents is required and must not be empty"))
+		return
+	}
+	if len(req.Documents) > MaxInputs {
+		c.fail(badRequest("too_many_inputs", "documents", fmt.Sprintf("%d documents in one call; at most %d", len(req.Documents), MaxInputs)))
+		return
+	}
+	if req.TopN != nil && *req.TopN < 1 {
+		c.fail(badRequest("invalid_request", "top_n", "top_n must be at least 1"))
+		return
+	}
+	texts := make([]string, len(req.Documents))
+	for i, raw := range req.Documents {
+		t, err := documentText(raw)
+		if err != nil {
+			c.fail(badRequest("invalid_request", "documents", fmt.Sprintf("documents[%d]: %v", i, err)))
+			return
+		}
+		texts[i] = t
+	}
+	lane, err := s.lane(c, req.Model, "rerank")
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	query := lane.Tokenizer.Encode(*req.Query)
+	if len(query) == 0 {
+		c.fail(badRequest("invalid_request", "query", "the query has no tokens"))
+		return
+	}
+	sequences := make([][]uint32, len(texts))
+	for i, t := range texts {
+		doc := lane.Tokenizer.Encode(t)
+		if len(doc) == 0 {
+			c.fail(&apiError{status: http.StatusUnprocessableEntity, code: string(refusal.UnsupportedShape), param: "documents",
+				message: fmt.Sprintf("documents[%d] has no tokens", i)})
+			return
+		}
+		seq := make([]uint32, 0, len(query)+1+len(doc))
+		seq = append(append(append(seq, query...), tokenizer.Separator), doc...)
+		sequences[i] = seq
+	}
+	res, err := c.run(lane, "rerank", sequences)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	out := rerankResponse{Object: "list", Model: req.Model, Results: make([]rerankResult, len(res.Scores)), Synapse: c.ranOn(lane, res)}
+	for i, sc := range res.Scores {
+		out.Results[i] = rerankResult{Index: i, RelevanceScore: sc}
+		if req.ReturnDocuments {
+			out.Results[i].Document = &document{Text: texts[i]}
+		}
+	}
+	// By relevance, ties in input order.
+	slices.SortStableFunc(out.Results, func(a, b rerankResult) int {
+		switch {
+		case a.RelevanceScore > b.RelevanceScore:
+			return -1
+		case a.RelevanceScore < b.RelevanceScore:
+			return 1
+		}
+		return 0
+	})
+	if req.TopN != nil && *req.TopN < len(out.Results) {
+		out.Results = out.Results[:*req.TopN]
+	}
+	out.Usage.TotalTokens = c.tokens
+	c.ok(out)
+}
+
+func documentText(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	var text string
+	if len(raw) > 0 && raw[0] == '{' {
+		var d struct {
+			Text *string `json:"text"`
+		}
+		if err := json.Unmarshal(raw, &d); err != nil || d.Text == nil {
+			return "", fmt.Errorf("a document object needs a text field")
+		}
+		return *d.Text, nil
+	}
+	if err := json.Unmarshal(raw, &text); err != nil {
+		return "", fmt.Errorf("a document is a string or an object with a text field")
+	}
+	return text, nil
+}

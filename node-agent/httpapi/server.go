@@ -1,0 +1,155 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package httpapi is the agent's HTTP API: OpenAI-compatible embeddings, rerank in the shape
+// Cohere, Jina and TEI clients use, health, readiness, Prometheus metrics and the admin calls.
+// It decodes and checks a request, tokenises it, runs it on the lane through serving, and says
+// in every answer where it ran. Every refusal is typed: a machine-readable code, the right
+// status, and for a compiling shape the time to retry.
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/utils/clock"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/serving"
+	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
+)
+
+// MaxBodyBytes bounds a request body; a larger one is refused with 413.
+const MaxBodyBytes = 32 << 20
+
+// Lane is what the API needs of a lane served on this node.
+type Lane struct {
+	// Namespace and Name are the CatalogLane's; Key is the lane's name in serving.
+	Namespace, Name, Key string
+	Task                 string
+	Device               string
+	Ceiling              int
+	Dimensions           int
+	Tokenizer            tokenizer.Tokenizer
+	// Deadline bounds a request from its arrival (the lane's requestDeadlineSeconds).
+	Deadline time.Duration
+}
+
+// Catalog resolves a request's model to a lane of this node: "<namespace>/<lane>" or a lane
+// name that is unique on the node. It answers with a refusal when it cannot.
+type Catalog interface {
+	Lookup(model string) (Lane, error)
+}
+
+// Runner runs composed calls (serving.Server).
+type Runner interface {
+	Run(ctx context.Context, lane, task string, sequences [][]uint32, deadline time.Time) (*serving.Result, error)
+}
+
+// Admin carries out the admin calls.
+type Admin interface {
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+}
+
+// Config configures the API.
+type Config struct {
+	// Node is this node's name, reported with every answer.
+	Node    string
+	Catalog Catalog
+	Runner  Runner
+	Admin   Admin
+	Clock   clock.PassiveClock
+	// Ready reports whether the agent serves (nil: ready); /readyz answers 503 with its error.
+	Ready func() error
+	// Registry holds the API's metrics and is served on /metrics with everything else
+	// registered in it.
+	Registry *prometheus.Registry
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg     Config
+	metrics *metrics
+	mux     *http.ServeMux
+}
+
+// New returns the API and registers its metrics in cfg.Registry.
+func New(cfg Config) *Server {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registry), mux: http.NewServeMux()}
+	s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
+	s.mux.HandleFunc("POST /v1/rerank", s.rerank)
+	s.mux.HandleFunc("POST /admin/pause", s.admin(func(ctx context.Context) error { return cfg.Admin.Pause(ctx) }))
+	s.mux.HandleFunc("POST /admin/resume", s.admin(func(ctx context.Context) error { return cfg.Admin.Resume(ctx) }))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
+	return s
+}
+
+// ServeHTTP implements http.Handler: unknown paths and methods get a typed JSON error too.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		code, status := "not_found", http.StatusNotFound
+		if _, p := s.mux.Handler(withMethod(r, http.MethodPost)); p != "" {
+			code, status = "method_not_allowed", http.StatusMethodNotAllowed
+		} else if _, p := s.mux.Handler(withMethod(r, http.MethodGet)); p != "" {
+			code, status = "method_not_allowed", http.StatusMethodNotAllowed
+		}
+		writeError(w, &apiError{status: status, code: code, message: r.Method + " " + r.URL.Path + " is not served here"})
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+func withMethod(r *http.Request, m string) *http.Request {
+	c := r.Clone(r.Context())
+	c.Method = m
+	return c
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+func (s *Server) admin(call func(context.Context) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Admin == nil {
+			writeError(w, &apiError{status: http.StatusNotImplemented, code: "not_implemented", message: "this agent has no admin calls"})
+			return
+		}
+		if err := call(r.Context()); err != nil {
+			writeError(w, &apiError{status: http.StatusInternalServerError, code: "admin_failed", message: err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}
+}

@@ -1,0 +1,341 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/serving"
+	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
+	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
+)
+
+const dims = 16
+
+// fakeCatalog serves two lanes of namespace team.
+type fakeCatalog struct{}
+
+func (fakeCatalog) Lookup(model string) (Lane, error) {
+	switch model {
+	case "team/embed", "embed":
+		return Lane{Namespace: "team", Name: "embed", Key: "team/embed", Task: "embed", Device: "ane", Ceiling: 512, Dimensions: dims,
+			Tokenizer: tokenizer.Sim{}, Deadline: 30 * time.Second}, nil
+	case "team/rerank", "rerank":
+		return Lane{Namespace: "team", Name: "rerank", Key: "team/rerank", Task: "rerank", Device: "ane", Ceiling: 512, Dimensions: dims,
+			Tokenizer: tokenizer.Sim{}, Deadline: 30 * time.Second}, nil
+	}
+	return Lane{}, refusal.New(refusal.UnknownLane, model, "no such lane on this node")
+}
+
+// fakeRunner computes the sim model's outputs, or answers err.
+type fakeRunner struct {
+	mu        sync.Mutex
+	err       error
+	calls     [][][]uint32
+	deadlines []time.Time
+}
+
+func (f *fakeRunner) Run(_ context.Context, lane, task string, seqs [][]uint32, deadline time.Time) (*serving.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, seqs)
+	f.deadlines = append(f.deadlines, deadline)
+	if f.err != nil {
+		return nil, f.err
+	}
+	res := &serving.Result{Buckets: []int{128}, Generations: []int64{3}}
+	for _, s := range seqs {
+		if task == "embed" {
+			res.Vectors = append(res.Vectors, worker.Embed(lane, dims, s))
+			continue
+		}
+		i := slices.Index(s, tokenizer.Separator)
+		res.Scores = append(res.Scores, worker.Score(lane, dims, s[:i], s[i+1:]))
+	}
+	return res, nil
+}
+
+type fakeAdmin struct{ paused bool }
+
+func (a *fakeAdmin) Pause(context.Context) error  { a.paused = true; return nil }
+func (a *fakeAdmin) Resume(context.Context) error { a.paused = false; return nil }
+
+var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func newTestServer(t *testing.T) (*httptest.Server, *Server, *fakeRunner) {
+	t.Helper()
+	runner := &fakeRunner{}
+	s := New(Config{Node: "mac-1", Catalog: fakeCatalog{}, Runner: runner, Admin: &fakeAdmin{}, Clock: clocktesting.NewFakePassiveClock(epoch)})
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	return ts, s, runner
+}
+
+func post(t *testing.T, url, body string) (*http.Response, map[string]any) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("the answer is not JSON: %v", err)
+	}
+	return resp, out
+}
+
+func TestEmbeddingsWorkWithTheOfficialOpenAIClient(t *testing.T) {
+	ts, _, runner := newTestServer(t)
+	client := openai.NewClient(option.WithBaseURL(ts.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	inputs := []string{"the first passage", "a second, longer passage about Macs", "third"}
+	got, err := client.Embeddings.New(context.Background(), openai.EmbeddingNewParams{
+		Model: "team/embed",
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: inputs},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Data) != len(inputs) {
+		t.Fatalf("%d embeddings for %d inputs", len(got.Data), len(inputs))
+	}
+	tokens := 0
+	for i, in := range inputs {
+		ids := tokenizer.Sim{}.Encode(in)
+		tokens += len(ids)
+		want := worker.Embed("team/embed", dims, ids)
+		d := got.Data[i]
+		if d.Index != int64(i) || len(d.Embedding) != dims {
+			t.Fatalf("data[%d]: index %d, %d dimensions", i, d.Index, len(d.Embedding))
+		}
+		for k := range want {
+			if float32(d.Embedding[k]) != want[k] {
+				t.Fatalf("data[%d][%d] = %v, want %v: not the input's own embedding", i, k, d.Embedding[k], want[k])
+			}
+		}
+	}
+	if got.Usage.PromptTokens != int64(tokens) || got.Usage.TotalTokens != int64(tokens) {
+		t.Fatalf("usage %+v, want %d tokens", got.Usage, tokens)
+	}
+	if !runner.deadlines[0].Equal(epoch.Add(30 * time.Second)) {
+		t.Fatalf("deadline %s, want the lane's 30 s from arrival", runner.deadlines[0])
+	}
+}
+
+func TestEmbeddingsAcceptEveryInputFormAndSayWhereTheyRan(t *testing.T) {
+	ts, _, runner := newTestServer(t)
+	for _, tc := range []struct {
+		input string
+		want  [][]uint32
+	}{
+		{`"one text"`, [][]uint32{tokenizer.Sim{}.Encode("one text")}},
+		{`["a", "b c"]`, [][]uint32{tokenizer.Sim{}.Encode("a"), tokenizer.Sim{}.Encode("b c")}},
+		{`[5, 6, 7]`, [][]uint32{{5, 6, 7}}},
+		{`[[1, 2], [4294967295]]`, [][]uint32{{1, 2}, {4294967295}}},
+	} {
+		resp, body := post(t, ts.URL+"/v1/embeddings", `{"model": "embed", "input": `+tc.input+`}`)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %v", tc.input, resp.StatusCode, body)
+		}
+		if last := runner.calls[len(runner.calls)-1]; !slices.EqualFunc(last, tc.want, slices.Equal) {
+			t.Fatalf("%s: ran %v, want %v", tc.input, last, tc.want)
+		}
+		if n := len(body["data"].([]any)); n != len(tc.want) {
+			t.Fatalf("%s: %d embeddings", tc.input, n)
+		}
+		ran := body["synapse"].(map[string]any)
+		if ran["lane"] != "team/embed" || ran["node"] != "mac-1" || ran["device"] != "ane" || ran["routing_reason"] != RoutingReason {
+			t.Fatalf("synapse field %v", ran)
+		}
+		h := resp.Header
+		if h.Get("X-Synapse-Lane") != "team/embed" || h.Get("X-Synapse-Node") != "mac-1" || h.Get("X-Synapse-Device") != "ane" ||
+			h.Get("X-Synapse-Buckets") != "128" || h.Get("X-Synapse-Worker-Generations") != "3" || h.Get("X-Synapse-Routing-Reason") != RoutingReason {
+			t.Fatalf("headers %v", h)
+		}
+	}
+}
+
+func TestBase64EmbeddingsAreLittleEndianFloat32(t *testing.T) {
+	ts, _, _ := newTestServer(t)
+	_, body := post(t, ts.URL+"/v1/embeddings", `{"model": "team/embed", "input": "hello", "encoding_format": "base64"}`)
+	raw, err := base64.StdEncoding.DecodeString(body["data"].([]any)[0].(map[string]any)["embedding"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := worker.Embed("team/embed", dims, tokenizer.Sim{}.Encode("hello"))
+	if len(raw) != 4*dims {
+		t.Fatalf("%d bytes", len(raw))
+	}
+	for i := range want {
+		if got := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])); got != want[i] {
+			t.Fatalf("[%d] = %v, want %v", i, got, want[i])
+		}
+	}
+}
+
+func TestRerankSortsByRelevanceWithInputIndexes(t *testing.T) {
+	ts, _, _ := newTestServer(t)
+	docs := []string{"apple pie recipe", "the apple neural engine", "neural engine on apple silicon macs", "weather today"}
+	resp, body := post(t, ts.URL+"/v1/rerank", `{"model": "team/rerank", "query": "apple neural engine", "documents": ["apple pie recipe",
+		{"text": "the apple neural engine"}, "neural engine on apple silicon macs", "weather today"], "top_n": 3, "return_documents": true}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %v", resp.StatusCode, body)
+	}
+	q := tokenizer.Sim{}.Encode("apple neural engine")
+	results := body["results"].([]any)
+	if len(results) != 3 {
+		t.Fatalf("%d results, want top_n 3", len(results))
+	}
+	prev := math.Inf(1)
+	seen := map[int]bool{}
+	for _, r := range results {
+		r := r.(map[string]any)
+		i := int(r["index"].(float64))
+		score := r["relevance_score"].(float64)
+		want := worker.Score("team/rerank", dims, q, tokenizer.Sim{}.Encode(docs[i]))
+		if float32(score) != want || r["document"].(map[string]any)["text"] != docs[i] || seen[i] {
+			t.Fatalf("result %v: want index %d's score %v and text", r, i, want)
+		}
+		if score > prev {
+			t.Fatalf("results not by relevance: %v", results)
+		}
+		prev, seen[i] = score, true
+	}
+}
+
+func TestRefusalsAreTypedWithTheRightStatus(t *testing.T) {
+	ts, _, runner := newTestServer(t)
+	compiling := &refusal.Error{Code: refusal.ShapeCompiling, Lane: "team/embed", RetryAfter: 2500 * time.Millisecond, Message: "rung 2048 compiles"}
+	for _, tc := range []struct {
+		name, path, body string
+		runErr           error
+		status           int
+		code             string
+	}{
+		{"malformed JSON", "/v1/embeddings", `{"model": "embed", "input": `, nil, 400, "invalid_json"},
+		{"two JSON values", "/v1/embeddings", `{"model": "embed", "input": "a"} {}`, nil, 400, "invalid_json"},
+		{"no model", "/v1/embeddings", `{"input": "a"}`, nil, 400, "invalid_request"},
+		{"no input", "/v1/embeddings", `{"model": "embed"}`, nil, 400, "invalid_request"},
+		{"empty input array", "/v1/embeddings", `{"model": "embed", "input": []}`, nil, 400, "invalid_request"},
+		{"mixed input", "/v1/embeddings", `{"model": "embed", "input": ["a", 1]}`, nil, 400, "invalid_request"},
+		{"negative token id", "/v1/embeddings", `{"model": "embed", "input": [1, -2]}`, nil, 400, "invalid_request"},
+		{"fractional token id", "/v1/embeddings", `{"model": "embed", "input": [1.5]}`, nil, 400, "invalid_request"},
+		{"token id too large", "/v1/embeddings", `{"model": "embed", "input": [4294967296]}`, nil, 400, "invalid_request"},
+		{"unknown encoding", "/v1/embeddings", `{"model": "embed", "input": "a", "encoding_format": "int8"}`, nil, 400, "invalid_request"},
+		{"other dimensions", "/v1/embeddings", `{"model": "embed", "input": "a", "dimensions": 8}`, nil, 400, "unsupported_dimensions"},
+		{"wrong task", "/v1/embeddings", `{"model": "rerank", "input": "a"}`, nil, 400, "invalid_request"},
+		{"unknown lane", "/v1/embeddings", `{"model": "team/nothing", "input": "a"}`, nil, 404, "unknown_lane"},
+		{"over the ceiling", "/v1/embeddings", `{"model": "embed", "input": "a"}`, refusal.New(refusal.UnsupportedShape, "team/embed", "input 0 has 9000 tokens"), 422, "unsupported_shape"},
+		{"deadline", "/v1/embeddings", `{"model": "embed", "input": "a"}`, refusal.New(refusal.DeadlineExceeded, "team/embed", "late"), 504, "deadline_exceeded"},
+		{"crashed", "/v1/embeddings", `{"model": "embed", "input": "a"}`, refusal.New(refusal.EngineCrashed, "team/embed", "boom"), 503, "engine_crashed"},
+		{"resources", "/v1/embeddings", `{"model": "embed", "input": "a"}`, refusal.New(refusal.ResourcesExhausted, "team/embed", "full"), 503, "ane_resources_exhausted"},
+		{"paused", "/v1/embeddings", `{"model": "embed", "input": "a"}`, refusal.New(refusal.NodePaused, "team/embed", "paused"), 503, "node_paused"},
+		{"no query", "/v1/rerank", `{"model": "rerank", "documents": ["a"]}`, nil, 400, "invalid_request"},
+		{"no documents", "/v1/rerank", `{"model": "rerank", "query": "q", "documents": []}`, nil, 400, "invalid_request"},
+		{"empty document", "/v1/rerank", `{"model": "rerank", "query": "q", "documents": ["a", " "]}`, nil, 422, "unsupported_shape"},
+		{"bad document", "/v1/rerank", `{"model": "rerank", "query": "q", "documents": [{"title": "a"}]}`, nil, 400, "invalid_request"},
+		{"top_n zero", "/v1/rerank", `{"model": "rerank", "query": "q", "documents": ["a"], "top_n": 0}`, nil, 400, "invalid_request"},
+		{"unknown path", "/v1/completions", `{}`, nil, 404, "not_found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runner.err = tc.runErr
+			before := len(runner.calls)
+			resp, body := post(t, ts.URL+tc.path, tc.body)
+			e, _ := body["error"].(map[string]any)
+			if resp.StatusCode != tc.status || e == nil || e["code"] != tc.code || e["message"] == "" || resp.Header.Get("X-Synapse-Error-Code") != tc.code {
+				t.Fatalf("got %d %v, want %d %s", resp.StatusCode, body, tc.status, tc.code)
+			}
+			if tc.runErr == nil && len(runner.calls) != before {
+				t.Fatal("a request refused by the API reached the lane")
+			}
+		})
+	}
+
+	runner.err = compiling
+	resp, body := post(t, ts.URL+"/v1/embeddings", `{"model": "embed", "input": "a"}`)
+	e := body["error"].(map[string]any)
+	if resp.StatusCode != 503 || e["code"] != "shape_compiling" || e["retry_after_ms"] != float64(2500) || resp.Header.Get("Retry-After") != "3" {
+		t.Fatalf("shape_compiling: %d %v Retry-After %q", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+
+	req, _ := http.NewRequest(http.MethodGet, ts.URL+"/v1/embeddings", nil)
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET /v1/embeddings: %d", r.StatusCode)
+	}
+	big := `{"model": "embed", "input": "` + strings.Repeat("a", MaxBodyBytes) + `"}`
+	resp, body = post(t, ts.URL+"/v1/embeddings", big)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("oversized body: %d %v", resp.StatusCode, body)
+	}
+}
+
+func TestMetricsCountCallsByLaneAndCode(t *testing.T) {
+	ts, s, runner := newTestServer(t)
+	post(t, ts.URL+"/v1/embeddings", `{"model": "embed", "input": "a"}`)
+	runner.err = refusal.New(refusal.EngineCrashed, "team/embed", "boom")
+	post(t, ts.URL+"/v1/embeddings", `{"model": "embed", "input": "a"}`)
+	if n := testutil.ToFloat64(s.metrics.requests.WithLabelValues("team/embed", "embeddings", "ok")); n != 1 {
+		t.Fatalf("ok calls %v", n)
+	}
+	if n := testutil.ToFloat64(s.metrics.requests.WithLabelValues("team/embed", "embeddings", "engine_crashed")); n != 1 {
+		t.Fatalf("crashed calls %v", n)
+	}
+	resp, err := http.Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	if !strings.Contains(buf.String(), `synapse_agent_request_duration_seconds_count{bucket="128",endpoint="embeddings",lane="team/embed"} 1`) {
+		t.Fatalf("/metrics lacks the latency histogram:\n%s", buf.String())
+	}
+}
+
+func TestAdminPauseAndResume(t *testing.T) {
+	ts, s, _ := newTestServer(t)
+	admin := s.cfg.Admin.(*fakeAdmin)
+	if resp, _ := post(t, ts.URL+"/admin/pause", `{}`); resp.StatusCode != 200 || !admin.paused {
+		t.Fatalf("pause: %d, paused %v", resp.StatusCode, admin.paused)
+	}
+	if resp, _ := post(t, ts.URL+"/admin/resume", `{}`); resp.StatusCode != 200 || admin.paused {
+		t.Fatalf("resume: %d, paused %v", resp.StatusCode, admin.paused)
+	}
+}

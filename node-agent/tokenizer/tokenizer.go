@@ -1,0 +1,79 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package tokenizer turns text into token ids. The sim backend's models use Sim, a simple
+// deterministic tokenizer; real models bring their own in their artifact. Token-id input
+// bypasses tokenisation altogether.
+package tokenizer
+
+import (
+	"hash/fnv"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Tokenizer encodes text.
+type Tokenizer interface {
+	Encode(text string) []uint32
+}
+
+// Separator is the token id reserved between a rerank query and its document; Sim never
+// produces it.
+const Separator = 0
+
+// Sim splits text into words (runs of letters and digits, lower-cased) and single other
+// non-space characters, and maps each to an id in [1, Vocabulary) by hashing. Equal text gives
+// equal ids on every machine.
+type Sim struct {
+	// Vocabulary is the number of ids, the separator included; 30522 if zero.
+	Vocabulary uint32
+}
+
+// Encode implements Tokenizer.
+func (s Sim) Encode(text string) []uint32 {
+	vocab := s.Vocabulary
+	if vocab == 0 {
+		vocab = 30522
+	}
+	var out []uint32
+	id := func(word string) uint32 {
+		h := fnv.New32a()
+		h.Write([]byte(word))
+		return 1 + h.Sum32()%(vocab-1)
+	}
+	var word []rune
+	flush := func() {
+		if len(word) > 0 {
+			out = append(out, id(string(word)))
+			word = word[:0]
+		}
+	}
+	for i := 0; i < len(text); {
+		r, n := utf8.DecodeRuneInString(text[i:])
+		i += n
+		switch {
+		case unicode.IsLetter(r) || unicode.IsDigit(r):
+			word = append(word, unicode.ToLower(r))
+		case unicode.IsSpace(r):
+			flush()
+		default:
+			flush()
+			out = append(out, id(string(r)))
+		}
+	}
+	flush()
+	return out
+}
