@@ -39,6 +39,7 @@ help: ## Show the targets.
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRDs and RBAC, and copy the CRDs into the chart.
 	$(CONTROLLER_GEN) rbac:roleName=synapse-controller crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=synapse-agent paths="./node-agent/agent/..." output:rbac:artifacts:config=config/agent
 	rm -f $(CHART_CRDS)/*.yaml && mkdir -p $(CHART_CRDS) && cp config/crd/bases/*.yaml $(CHART_CRDS)/
 	cp config/rbac/role.yaml charts/synapse-fleet/files/role.yaml
 
@@ -110,8 +111,8 @@ run: ## Run the controller against the cluster of the current kubeconfig.
 	go run . --leader-elect=false
 
 .PHONY: dev
-dev: envtest build ## Start a local control plane, the controller and the samples (Ctrl-C stops).
-	go run ./hack/devfleet --assets $(KUBEBUILDER_ASSETS) --controller $(LOCALBIN)/synapse-controller --crds config/crd/bases --samples config/samples --write-kubeconfig $(LOCALBIN)/dev.kubeconfig
+dev: envtest build ## Start a local fleet: control plane, controller, three simulated Macs, the samples (Ctrl-C stops).
+	go run ./hack/devfleet --assets $(KUBEBUILDER_ASSETS) --bin $(LOCALBIN) --crds config/crd/bases --samples config/samples --write-kubeconfig $(LOCALBIN)/dev.kubeconfig
 
 ##@ Tools
 

@@ -34,6 +34,7 @@ import (
 
 	fleetv1alpha1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers"
+	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
 )
 
 func main() {
@@ -43,12 +44,15 @@ func main() {
 		leaderElect      bool
 		leaderElectionNS string
 		secureMetrics    bool
+		opts             controllers.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so that only one replica reconciles at a time")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election Lease; defaults to the pod's namespace")
 	flag.BoolVar(&secureMetrics, "metrics-secure", false, "serve metrics over HTTPS with authentication and authorisation")
+	flag.DurationVar(&opts.NodeGracePeriod, "node-grace-period", lifecycle.DefaultGracePeriod, "how old a node's Lease may get before the node is Unknown")
+	flag.DurationVar(&opts.NodeEvictionTimeout, "node-eviction-timeout", lifecycle.DefaultEvictionTimeout, "how long a node may stay Unknown before its placements are re-placed")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -84,7 +88,7 @@ func main() {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	for _, c := range controllers.NewControllers(clock.RealClock{}, mgr.GetClient(), mgr.GetEventRecorder("synapse-controller")) {
+	for _, c := range controllers.NewControllers(clock.RealClock{}, mgr.GetClient(), mgr.GetEventRecorder("synapse-controller"), opts) {
 		if err := c.Register(ctx, mgr); err != nil {
 			log.Error(err, "unable to register a controller", "controller", c.Name())
 			os.Exit(1)

@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -37,13 +38,20 @@ type Controller interface {
 	Register(ctx context.Context, mgr ctrl.Manager) error
 }
 
+// Options tunes the controllers; zero values take the defaults.
+type Options struct {
+	// NodeGracePeriod is how old a node's Lease may get before the node is Unknown;
+	// NodeEvictionTimeout how long it may then stay Unknown before its placements go.
+	NodeGracePeriod, NodeEvictionTimeout time.Duration
+}
+
 // NewControllers lists every controller, with every dependency given here.
-func NewControllers(clk clock.Clock, kube client.Client, recorder events.EventRecorder) []Controller {
+func NewControllers(clk clock.Clock, kube client.Client, recorder events.EventRecorder, opts Options) []Controller {
 	return []Controller{
 		placement.NewController(clk, kube, recorder),
 		endpoints.NewController(kube),
 		identity.NewController(clk, kube, recorder),
 		prewarm.NewController(clk, kube),
-		lifecycle.NewController(clk, kube, recorder),
+		lifecycle.NewController(clk, kube, recorder).WithTimeouts(opts.NodeGracePeriod, opts.NodeEvictionTimeout),
 	}
 }

@@ -69,7 +69,7 @@ var _ = BeforeSuite(func() {
 		LeaderElectionNamespace: "default",
 	})
 	Expect(err).NotTo(HaveOccurred())
-	for _, c := range controllers.NewControllers(clock.RealClock{}, mgr.GetClient(), mgr.GetEventRecorder("synapse-controller")) {
+	for _, c := range controllers.NewControllers(clock.RealClock{}, mgr.GetClient(), mgr.GetEventRecorder("synapse-controller"), controllers.Options{}) {
 		Expect(c.Register(ctx, mgr)).To(Succeed())
 	}
 	done = make(chan struct{})

@@ -21,39 +21,36 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
-	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
-
-	fleetv1alpha1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/internal/localfleet"
 )
 
 type options struct {
-	assets      string
-	controller  string
-	crds        string
-	samples     string
-	kubeconfig  string
-	probeAddr   string
-	metricsAddr string
+	assets, bin, crds, samples, kubeconfig string
+	firstPort                              int
+	simScale                               float64
 }
 
 // fleet is what run leaves running until its context ends.
 type fleet struct {
+	*localfleet.Fleet
 	kubeconfig string
 	kubectl    string
-	client     client.Client
+	macs       []localfleet.Mac
+}
+
+// macs are the simulated Macs: two on the samples' macOS build and one on another, so that
+// identity matching is visible (no lane is placed on mac-c). A first port of 0 takes free ones.
+func macs(firstPort int) []localfleet.Mac {
+	ms := []localfleet.Mac{{Name: "mac-a", MacOSBuild: "25B78"}, {Name: "mac-b", MacOSBuild: "25B78"}, {Name: "mac-c", MacOSBuild: "25C56"}}
+	if firstPort > 0 {
+		for i := range ms {
+			ms[i].Port = firstPort + i
+		}
+	}
+	return ms
 }
 
 // run starts the fleet, calls ready once everything is up, and tears it all down when ctx ends.
@@ -61,168 +58,65 @@ func run(ctx context.Context, opts options, out io.Writer, ready func(io.Writer,
 	if opts.assets == "" {
 		return errors.New("no control-plane binaries: pass --assets or set KUBEBUILDER_ASSETS (make dev does)")
 	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: opts.assets,
-		CRDDirectoryPaths:     []string{opts.crds},
-		ErrorIfCRDPathMissing: true,
-	}
-	fmt.Fprintln(out, "starting etcd and kube-apiserver ...")
-	cfg, err := env.Start()
+	dir, err := os.MkdirTemp("", "synapse-dev-")
 	if err != nil {
-		return fmt.Errorf("starting the control plane: %w", err)
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ms := macs(opts.firstPort)
+	f, err := localfleet.Start(ctx, localfleet.Options{Assets: opts.assets, CRDs: opts.crds, Bin: opts.bin, Dir: dir, Macs: ms,
+		SimScale: opts.simScale, Out: out})
+	if err != nil {
+		return err
 	}
 	defer func() {
-		fmt.Fprintln(out, "stopping the control plane ...")
-		err = errors.Join(err, env.Stop())
+		fmt.Fprintln(out, "stopping the Macs, the controller and the control plane ...")
+		err = errors.Join(err, f.Stop())
 	}()
 
 	if err := os.MkdirAll(filepath.Dir(opts.kubeconfig), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(opts.kubeconfig, env.KubeConfig, 0o600); err != nil {
+	data, err := os.ReadFile(f.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(opts.kubeconfig, data, 0o600); err != nil {
 		return fmt.Errorf("writing the kubeconfig: %w", err)
 	}
 	defer os.Remove(opts.kubeconfig)
 
-	scheme := runtime.NewScheme()
-	if err := fleetv1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return err
-	}
-
-	controller, err := startController(opts)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, controller.stop(10*time.Second)) }()
-	if err := waitHealthy(ctx, "http://"+opts.probeAddr+"/readyz", controller); err != nil {
-		return fmt.Errorf("waiting for the controller: %w", err)
-	}
-
-	if err := applyDir(ctx, c, opts.samples); err != nil {
+	if err := f.ApplySamples(ctx, opts.samples); err != nil {
 		return fmt.Errorf("applying the samples: %w", err)
 	}
-
-	ready(out, fleet{kubeconfig: opts.kubeconfig, kubectl: filepath.Join(opts.assets, "kubectl"), client: c})
+	ready(out, fleet{Fleet: f, kubeconfig: opts.kubeconfig, kubectl: filepath.Join(opts.assets, "kubectl"), macs: ms})
 	<-ctx.Done()
-	fmt.Fprintln(out, "stopping ...")
-	return nil
-}
-
-// process is a child process whose exit one goroutine waits for.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited; err is set then
-	err  error
-}
-
-func startController(opts options) (*process, error) {
-	cmd := exec.Command(opts.controller,
-		"--kubeconfig", opts.kubeconfig,
-		"--leader-elect=false",
-		"--health-probe-bind-address", opts.probeAddr,
-		"--metrics-bind-address", opts.metricsAddr,
-	)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	// Its own process group, so Ctrl-C in the terminal reaches devfleet alone and the
-	// controller is stopped in order, before the control plane goes.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s (run 'make build'): %w", opts.controller, err)
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// waitHealthy polls url until it answers 200, the process exits, or a minute passes.
-func waitHealthy(ctx context.Context, url string, p *process) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		select {
-		case <-p.done:
-			return false, fmt.Errorf("the controller exited (%v); its log is above", p.err)
-		default:
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, nil // not listening yet
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-}
-
-// stop asks the process to terminate and kills it after grace.
-func (p *process) stop(grace time.Duration) error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("%s did not stop within %s and was killed", p.cmd.Path, grace)
-	}
-	var exit *exec.ExitError
-	if errors.As(p.err, &exit) && !exit.Exited() {
-		return nil // ended by our signal
-	}
-	return p.err
-}
-
-// applyDir creates every object of every YAML file in dir (kustomization.yaml aside), in name
-// order, which puts identities before the lanes that reference them.
-func applyDir(ctx context.Context, c client.Client, dir string) error {
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		if filepath.Base(f) == "kustomization.yaml" {
-			continue
-		}
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		for _, doc := range strings.Split(string(data), "\n---\n") {
-			obj := &unstructured.Unstructured{}
-			if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
-				return fmt.Errorf("%s: %w", f, err)
-			}
-			if len(obj.Object) == 0 {
-				continue
-			}
-			if err := c.Create(ctx, obj); err != nil {
-				return fmt.Errorf("%s: %w", f, err)
-			}
-		}
-	}
 	return nil
 }
 
 func printUsage(out io.Writer, f fleet) {
 	k := fmt.Sprintf("%s --kubeconfig %s", f.kubectl, f.kubeconfig)
 	fmt.Fprintf(out, `
-Synapse Fleet is running locally: etcd, kube-apiserver, the CRDs, synapse-controller and the
-samples of config/samples.
+Synapse Fleet is running locally: etcd, kube-apiserver, the CRDs, synapse-controller, three
+simulated Macs (synapse-agent with sim workers) and the samples of config/samples. mac-a and
+mac-b run macOS 25B78, which the sample identities certify; mac-c runs 25C56, so no lane is
+placed on it.
 
   export KUBECONFIG=%s
-  %s get cataloglanes,certifiedidentities,prewarmpolicies
-  %s get cataloglanes -o wide
-  %s explain cataloglane.spec
+  %s get cataloglanes,laneplacements,macnodes
+  %s get laneplacements -o wide -w       # watch the lanes compile and turn Ready
+  %s describe cataloglane gte-search
+
+Embeddings (OpenAI-compatible) and rerank, on mac-a:
+
+  curl -s %s/v1/embeddings -H 'Content-Type: application/json' \
+    -d '{"model": "default/gte-search", "input": ["hello world", "a second input"]}'
+  curl -s %s/v1/rerank -H 'Content-Type: application/json' \
+    -d '{"model": "gte-search", "query": "neural engine", "documents": ["apple silicon", "the weather"]}'
+
+(gte-search embeds; the sample lanes have no reranker, so that second call answers 400
+invalid_request: apply a lane with task: rerank to try it.)
 
 Press Ctrl-C to stop everything; the control plane's data is removed.
-`, f.kubeconfig, k, k, k)
+`, f.kubeconfig, k, k, k, f.URL(f.macs[0].Name), f.URL(f.macs[0].Name))
 }

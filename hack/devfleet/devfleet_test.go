@@ -19,78 +19,94 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
-	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
 
 	fleetv1alpha1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/internal/localfleet"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// TestDevFleetServesTheSamples runs what `make dev` runs, with a real control plane and
-// controller process, and checks what its printed instructions promise: the kubeconfig works,
-// kubectl lists the sample lanes with their columns, and Ctrl-C (cancelling) tears it down.
+// TestDevFleetServesTheSamples runs what `make dev` runs, with a real control plane, controller
+// and three simulated Macs, and checks what its printed instructions promise: the kubeconfig
+// works, kubectl lists the lanes, placements and Macs, the sample lanes turn Ready on the two
+// Macs whose macOS build the identities certify, the printed curl answers, and Ctrl-C
+// (cancelling) tears it all down.
 func TestDevFleetServesTheSamples(t *testing.T) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is not set; run 'make test'")
 	}
 	dir := t.TempDir()
-	controller := filepath.Join(dir, "synapse-controller")
-	build := exec.Command("go", "build", "-o", controller, "github.com/ck-synapse/synapse-fleet")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the controller: %v\n%s", err, out)
+	if err := localfleet.Build(dir); err != nil {
+		t.Fatal(err)
 	}
-
 	opts := options{
-		assets:      assets,
-		controller:  controller,
-		crds:        filepath.Join("..", "..", "config", "crd", "bases"),
-		samples:     filepath.Join("..", "..", "config", "samples"),
-		kubeconfig:  filepath.Join(dir, "dev.kubeconfig"),
-		probeAddr:   freeAddr(t),
-		metricsAddr: freeAddr(t),
+		assets:     assets,
+		bin:        dir,
+		crds:       filepath.Join("..", "..", "config", "crd", "bases"),
+		samples:    filepath.Join("..", "..", "config", "samples"),
+		kubeconfig: filepath.Join(dir, "dev.kubeconfig"),
+		firstPort:  0,
+		simScale:   0.01,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
 	var checked bool
 	var log bytes.Buffer
-	err := run(ctx, opts, &log, func(out io.Writer, f fleet) {
+	err := run(ctx, opts, &syncWriter{w: &log}, func(out io.Writer, f fleet) {
 		defer cancel() // the Ctrl-C
 		printUsage(out, f)
 		checked = true
 
-		var lanes fleetv1alpha1.CatalogLaneList
-		if err := f.client.List(ctx, &lanes); err != nil {
-			t.Errorf("listing lanes: %v", err)
-		}
-		if len(lanes.Items) != 2 {
-			t.Errorf("got %d lanes, want the 2 samples", len(lanes.Items))
-		}
+		g := gomega.NewWithT(t)
+		g.Eventually(func(g gomega.Gomega) {
+			var lanes fleetv1alpha1.CatalogLaneList
+			g.Expect(f.Client.List(ctx, &lanes)).To(gomega.Succeed())
+			g.Expect(lanes.Items).To(gomega.HaveLen(2))
+			for _, l := range lanes.Items {
+				g.Expect(l.Status.ReadyReplicas).To(gomega.Equal(l.Spec.Replicas), "lane %s", l.Name)
+				g.Expect(l.Status.Nodes).NotTo(gomega.ContainElement("mac-c"))
+			}
+		}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(gomega.Succeed())
 
-		out2, err := exec.Command(f.kubectl, "--kubeconfig", f.kubeconfig, "get", "cataloglanes").CombinedOutput()
+		out2, err := exec.Command(f.kubectl, "--kubeconfig", f.kubeconfig, "get", "cataloglanes,laneplacements,macnodes").CombinedOutput()
 		if err != nil {
-			t.Fatalf("kubectl get cataloglanes: %v\n%s", err, out2)
+			t.Fatalf("kubectl get: %v\n%s", err, out2)
 		}
 		text := string(out2)
-		for _, want := range []string{"MODEL", "TASK", "DEVICE", "DESIRED", "READY", "gte-search", "gte-modernbert-base", "qwen3-documents", "ane"} {
+		for _, want := range []string{"gte-search", "qwen3-documents", "gte-search-mac-a", "gte-search-mac-b", "mac-c", "Ready"} {
 			if !strings.Contains(text, want) {
-				t.Errorf("kubectl get cataloglanes does not show %q:\n%s", want, text)
+				t.Errorf("kubectl get does not show %q:\n%s", want, text)
 			}
+		}
+
+		resp, err := http.Post(f.URL("mac-a")+"/v1/embeddings", "application/json",
+			strings.NewReader(`{"model": "default/gte-search", "input": ["hello world", "a second input"]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Data []struct {
+				Embedding []float32 `json:"embedding"`
+			} `json:"data"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("the printed curl: %d, %v", resp.StatusCode, err)
+		}
+		if len(body.Data) != 2 || len(body.Data[0].Embedding) != 768 {
+			t.Fatalf("the printed curl answered %d embeddings", len(body.Data))
 		}
 	})
 	if err != nil {
@@ -99,10 +115,27 @@ func TestDevFleetServesTheSamples(t *testing.T) {
 	if !checked {
 		t.Fatal("the fleet never became ready")
 	}
-	if !strings.Contains(log.String(), "get cataloglanes") {
-		t.Errorf("the instructions do not say how to list lanes:\n%s", log.String())
+	if t.Failed() {
+		t.Logf("the fleet's output:\n%s", log.String())
+	}
+	for _, want := range []string{"get cataloglanes,laneplacements,macnodes", "/v1/embeddings"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the instructions do not say %q:\n%s", want, log.String())
+		}
 	}
 	if _, err := os.Stat(opts.kubeconfig); !os.IsNotExist(err) {
 		t.Errorf("the kubeconfig of a stopped fleet is still there (err %v)", err)
 	}
+}
+
+// syncWriter lets the processes' output goroutines share one buffer.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

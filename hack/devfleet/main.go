@@ -15,7 +15,8 @@ limitations under the License.
 */
 
 // Command devfleet is `make dev`: a local control plane (the kube-apiserver and etcd that
-// hack/envtest.sh builds), the CRDs, the controller and the samples, running until Ctrl-C.
+// hack/envtest.sh builds), the CRDs, the controller, three simulated Macs and the samples,
+// running until Ctrl-C.
 package main
 
 import (
@@ -30,13 +31,13 @@ import (
 func main() {
 	var opts options
 	flag.StringVar(&opts.assets, "assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory holding kube-apiserver, etcd and kubectl")
-	flag.StringVar(&opts.controller, "controller", "bin/synapse-controller", "the synapse-controller binary")
+	flag.StringVar(&opts.bin, "bin", "bin", "directory holding synapse-controller, synapse-agent and synapse-ane-worker (make build)")
 	flag.StringVar(&opts.crds, "crds", "config/crd/bases", "directory of CRD manifests")
 	flag.StringVar(&opts.samples, "samples", "config/samples", "directory of sample manifests to apply")
 	// Not "kubeconfig": controller-runtime registers that flag for the config it loads.
 	flag.StringVar(&opts.kubeconfig, "write-kubeconfig", "bin/dev.kubeconfig", "where to write the kubeconfig of the local control plane")
-	flag.StringVar(&opts.probeAddr, "controller-probe-address", "127.0.0.1:18081", "the controller's /healthz and /readyz address")
-	flag.StringVar(&opts.metricsAddr, "controller-metrics-address", "127.0.0.1:18080", "the controller's metrics address")
+	flag.IntVar(&opts.firstPort, "first-port", 18091, "the simulated Macs' HTTP ports are this one and the next two")
+	flag.Float64Var(&opts.simScale, "sim-scale", 0.05, "multiplies the simulated compile and load times (1: a real Mac's)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

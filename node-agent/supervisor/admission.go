@@ -97,6 +97,11 @@ func (s *Supervisor) admitted(now time.Time, m *model, gen int64, sh *shape, j *
 		sh.lastUsed = now
 		s.queue.Costs().Observe(compilequeue.Observation{Shape: j.Shape, Layers: j.Layers, Duration: took, Kind: kind, Retried: j.Retried})
 		m.cached[sh.rung] = true // aned holds what was just compiled or loaded
+		if kind == compilequeue.Load {
+			s.counts.CacheLoads++
+		} else {
+			s.counts.Compiles++
+		}
 		if s.certify {
 			s.admittedCount++
 		}

@@ -166,6 +166,7 @@ func (s *Supervisor) evicted(now time.Time, m *model, gen int64, sh *shape, err 
 		if m.shapes[sh.rung] == sh {
 			delete(m.shapes, sh.rung)
 			s.used -= sh.charge
+			s.counts.Evictions++
 			if s.certify {
 				s.admittedCount--
 			}

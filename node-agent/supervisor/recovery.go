@@ -125,6 +125,7 @@ func (s *Supervisor) spawned(now time.Time, m *model, gen int64, w Worker, cache
 	m.gen, m.stream = gen, &stream{w: w, gen: gen}
 	m.state = running
 	m.restarts++
+	s.counts.Restarts++
 	m.cached = map[int]bool{}
 	for _, r := range cached {
 		m.cached[r] = true

@@ -63,6 +63,15 @@ type NodeSnapshot struct {
 	QueueLength    int
 	Running        string
 	PredictedDrain time.Time
+	Counts
+}
+
+// Counts are the supervisor's lifetime counters.
+type Counts struct {
+	// Compiles and CacheLoads split the admissions: compiled, or loaded from aned's cache.
+	Compiles, CacheLoads int
+	// Evictions counts acknowledged releases; Restarts the replacement workers connected.
+	Evictions, Restarts int
 }
 
 // Snapshot returns lane's state, and false if it is not loaded.
@@ -119,7 +128,7 @@ func (s *Supervisor) Node() NodeSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
-	out := NodeSnapshot{Budget: s.budget, Used: s.used, QueueLength: s.queue.Len()}
+	out := NodeSnapshot{Budget: s.budget, Used: s.used, QueueLength: s.queue.Len(), Counts: s.counts}
 	drain := now
 	if j := s.queue.Running(); j != nil {
 		out.Running = j.Owner + "@" + strconv.Itoa(j.Shape.Rung)

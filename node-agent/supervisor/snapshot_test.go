@@ -72,6 +72,9 @@ func TestSnapshotReportsAdmissionProgressResidencyAndFaults(t *testing.T) {
 	if snap.Restarts != 1 || snap.LastFault == nil || snap.LastFault.Code != string(refusal.EngineCrashed) || len(snap.Resident) != 0 {
 		t.Fatalf("after the fault: %+v (fault %+v)", snap, snap.LastFault)
 	}
+	if c := h.s.Node().Counts; c != (Counts{Compiles: 2, Restarts: 1}) {
+		t.Fatalf("counts %+v, want 2 compiles and 1 restart", c)
+	}
 	if lanes := h.s.Lanes(); !slices.Equal(lanes, []string{"a"}) {
 		t.Fatalf("lanes %v", lanes)
 	}

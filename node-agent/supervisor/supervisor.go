@@ -105,6 +105,7 @@ type Supervisor struct {
 	events        []func(now time.Time)           // outcomes reported by worker goroutines
 	stopped       error                           // set when the scheduler stopped
 	admittedCount int                             // certify: admissions minus evictions, counted apart
+	counts        Counts
 
 	kick chan struct{}
 

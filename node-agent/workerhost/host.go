@@ -47,6 +47,8 @@ type Config struct {
 	Binary string
 	// Backend is ane or sim; it is passed as given, and a worker that cannot run it refuses.
 	Backend string
+	// SigningIdentifier is the worker's code-signing identifier (its default if empty).
+	SigningIdentifier string
 	// StateDir holds the sim stand-in's aned cache.
 	StateDir string
 	// SimScale scales the stand-in's times.
@@ -97,6 +99,9 @@ func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) 
 	cfg := h.cfg
 	h.mu.Unlock()
 	args := []string{"--backend", cfg.Backend, "--state-dir", cfg.StateDir, "--sim-scale", fmt.Sprint(cfg.SimScale)}
+	if cfg.SigningIdentifier != "" {
+		args = append(args, "--signing-identifier", cfg.SigningIdentifier)
+	}
 	cmd := exec.Command(cfg.Binary, args...)
 	// The native compiler needs the normal per-user temporary folder: no TMPDIR override.
 	cmd.Env = slicesWithout(os.Environ(), "TMPDIR=")

@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
@@ -142,10 +143,17 @@ func (c *Controller) readyEndpoints(ctx context.Context, lane *v1.CatalogLane) (
 			continue
 		}
 		for _, a := range node.Status.Addresses {
-			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() && a.Type == "InternalIP" {
-				out[node.Status.ServingPort] = append(out[node.Status.ServingPort], a.Address)
-				break
+			ip, err := netip.ParseAddr(a.Address)
+			if err != nil || !ip.Is4() || a.Type != "InternalIP" {
+				continue
 			}
+			if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() {
+				// An EndpointSlice may not hold these; no in-cluster client could reach them.
+				log.FromContext(ctx).Info("a Ready node's address cannot be an endpoint", "node", node.Name, "address", a.Address)
+				continue
+			}
+			out[node.Status.ServingPort] = append(out[node.Status.ServingPort], a.Address)
+			break
 		}
 	}
 	for port := range out {

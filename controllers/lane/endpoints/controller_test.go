@@ -98,4 +98,19 @@ var _ = Describe("Endpoints", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{9090: {"10.0.0.3"}}))
 	})
+
+	It("should leave out addresses an EndpointSlice cannot hold, and still list the others", func() {
+		seq++
+		lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gte-%d", seq), Namespace: "default"},
+			Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
+				Rungs: []v1.Rung{128}, Replicas: 3, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+		Expect(kube.Create(ctx, lane)).To(Succeed())
+		placement(lane, node("127.0.0.1", 8080), v1.PhaseReady)
+		placement(lane, node("169.254.1.1", 8080), v1.PhaseReady)
+		placement(lane, node("10.0.0.9", 8080), v1.PhaseReady)
+
+		_, err := endpoints.NewController(kube).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"10.0.0.9"}}))
+	})
 })

@@ -71,6 +71,17 @@ func NewController(clk clock.PassiveClock, kube client.Client, recorder events.E
 	return &Controller{clk: clk, kube: kube, recorder: recorder, grace: DefaultGracePeriod, eviction: DefaultEvictionTimeout}
 }
 
+// WithTimeouts sets the grace period and the eviction timeout; a zero keeps the default.
+func (c *Controller) WithTimeouts(grace, eviction time.Duration) *Controller {
+	if grace > 0 {
+		c.grace = grace
+	}
+	if eviction > 0 {
+		c.eviction = eviction
+	}
+	return c
+}
+
 // Name of the controller.
 func (c *Controller) Name() string { return "macnode.lifecycle" }
 

@@ -1,0 +1,128 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package localfleet
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+)
+
+// Build compiles synapse-controller, synapse-agent and synapse-ane-worker into dir.
+func Build(dir string) error {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	for _, b := range []struct{ out, pkg string }{
+		{"synapse-controller", "."},
+		{"synapse-agent", "./node-agent/cmd/synapse-agent"},
+		{"synapse-ane-worker", "./node-agent/cmd/synapse-ane-worker"},
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building %s: %v\n%s", b.out, err, out)
+		}
+	}
+	return nil
+}
+
+// fileDigest is the SHA-256 of a file, as a worker reports its own binary's.
+func fileDigest(path string) (v1.Sha256Digest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return v1.Sha256Digest("sha256:" + hex.EncodeToString(h.Sum(nil))), nil
+}
+
+// freePort asks the kernel for a free TCP port on ip.
+func freePort(ip string) int {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// prefixed writes each line to out with "[name] " before it; one mutex keeps the processes'
+// lines whole.
+func prefixed(out io.Writer, name string) io.Writer {
+	if out == nil {
+		return io.Discard
+	}
+	return &prefixWriter{out: out, prefix: []byte("[" + name + "] ")}
+}
+
+var outMu sync.Mutex
+
+type prefixWriter struct {
+	out     io.Writer
+	prefix  []byte
+	partial []byte
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	outMu.Lock()
+	defer outMu.Unlock()
+	data := append(w.partial, p...)
+	end := bytes.LastIndexByte(data, '\n')
+	if end < 0 {
+		w.partial = data
+		return len(p), nil
+	}
+	for _, line := range bytes.SplitAfter(data[:end+1], []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		if _, err := w.out.Write(append(append([]byte{}, w.prefix...), line...)); err != nil {
+			return 0, err
+		}
+	}
+	w.partial = append([]byte{}, data[end+1:]...)
+	return len(p), nil
+}
+
+// advertiseIP is the address the Macs listen on and advertise: the machine's first
+// non-loopback IPv4 address, which an EndpointSlice can hold, or the loopback if it has none
+// (the endpoints controller then lists no endpoint for them).
+func advertiseIP() string {
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil && !ip.IP.IsLoopback() && !ip.IP.IsLinkLocalUnicast() {
+				return ip.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}

@@ -1,0 +1,346 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package localfleet runs a whole fleet on one machine, as processes: the envtest control plane
+// (kube-apiserver and etcd), the CRDs, synapse-controller, and simulated Macs (synapse-agent
+// with sim workers). make dev and the e2e suite both run it.
+package localfleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/agent"
+)
+
+// Mac is one simulated Mac.
+type Mac struct {
+	Name       string
+	MacOSBuild string
+	// Port is the agent's HTTP port (0: a free one).
+	Port int
+	// Budget is its layer executables (0: the default, 100).
+	Budget int
+	// Env is added to the agent's environment (its workers inherit it: injected faults).
+	Env []string
+}
+
+// Options configures a fleet.
+type Options struct {
+	// Assets holds kube-apiserver, etcd and kubectl; CRDs the CRD manifests.
+	Assets, CRDs string
+	// Bin holds synapse-controller, synapse-agent and synapse-ane-worker (see Build).
+	Bin string
+	// Dir holds the fleet's state: the kubeconfig, the API server's certificates, the Macs'
+	// state. It is created if needed.
+	Dir  string
+	Macs []Mac
+	// SimScale scales the simulated compile and load times.
+	SimScale float64
+	// NodeGracePeriod and NodeEvictionTimeout are the controller's (0: its defaults).
+	NodeGracePeriod, NodeEvictionTimeout time.Duration
+	// Out receives every process's output, each line prefixed with the process's name.
+	Out io.Writer
+}
+
+// Fleet is a running fleet.
+type Fleet struct {
+	opts   Options
+	env    *envtest.Environment
+	Config *rest.Config
+	Client client.Client
+	// Kubeconfig is the path of a kubeconfig for kubectl and the processes.
+	Kubeconfig string
+	// WorkerDigest is the SHA-256 of the worker binary every Mac reports.
+	WorkerDigest v1.Sha256Digest
+
+	mu         sync.Mutex
+	controller *process
+	agents     map[string]*process
+	ports      map[string]int
+	ip         string // the Macs' address
+}
+
+// Start starts the control plane, the controller and the Macs, and waits until every one is
+// healthy. On error everything started is stopped.
+func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
+	if opts.Assets == "" {
+		return nil, errors.New("no control-plane binaries: set KUBEBUILDER_ASSETS (make dev and make test do)")
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	certs := filepath.Join(opts.Dir, "apiserver")
+	if err := os.MkdirAll(certs, 0o700); err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: opts.Assets,
+		CRDDirectoryPaths:     []string{opts.CRDs},
+		ErrorIfCRDPathMissing: true,
+		// Certificates in a directory of ours survive an API server restart, and so do the
+		// clients' credentials.
+		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{CertDir: certs}},
+	}
+	fmt.Fprintln(opts.Out, "starting etcd and kube-apiserver ...")
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting the control plane: %w", err)
+	}
+	f = &Fleet{opts: opts, env: env, Config: cfg, agents: map[string]*process{}, ports: map[string]int{}, ip: advertiseIP(),
+		Kubeconfig: filepath.Join(opts.Dir, "kubeconfig")}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, f.Stop())
+		}
+	}()
+	if err := os.WriteFile(f.Kubeconfig, env.KubeConfig, 0o600); err != nil {
+		return f, fmt.Errorf("writing the kubeconfig: %w", err)
+	}
+	scheme := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return f, err
+	}
+	if err := v1.AddToScheme(scheme); err != nil {
+		return f, err
+	}
+	if f.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return f, err
+	}
+	if err := f.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.LeaseNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return f, err
+	}
+	if f.WorkerDigest, err = fileDigest(filepath.Join(opts.Bin, "synapse-ane-worker")); err != nil {
+		return f, fmt.Errorf("the worker binary (run 'make build'): %w", err)
+	}
+	if err := f.startController(ctx); err != nil {
+		return f, err
+	}
+	for _, m := range opts.Macs {
+		if err := f.StartMac(ctx, m); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+// Stop stops the Macs, the controller and the control plane, in that order.
+func (f *Fleet) Stop() error {
+	f.mu.Lock()
+	names := make([]string, 0, len(f.agents))
+	for n := range f.agents {
+		names = append(names, n)
+	}
+	f.mu.Unlock()
+	slices.Sort(names)
+	var errs []error
+	for _, n := range names {
+		errs = append(errs, f.StopMac(n))
+	}
+	if f.controller != nil {
+		errs = append(errs, f.controller.stop(15*time.Second))
+	}
+	errs = append(errs, f.env.Stop())
+	return errors.Join(errs...)
+}
+
+func (f *Fleet) startController(ctx context.Context) error {
+	probe, metrics := freePort("127.0.0.1"), freePort("127.0.0.1")
+	args := []string{"--kubeconfig", f.Kubeconfig, "--leader-elect=false",
+		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe), "--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metrics)}
+	if f.opts.NodeGracePeriod > 0 {
+		args = append(args, "--node-grace-period", f.opts.NodeGracePeriod.String())
+	}
+	if f.opts.NodeEvictionTimeout > 0 {
+		args = append(args, "--node-eviction-timeout", f.opts.NodeEvictionTimeout.String())
+	}
+	var err error
+	f.controller, err = startProcess("controller", filepath.Join(f.opts.Bin, "synapse-controller"), args, nil, f.opts.Out)
+	if err != nil {
+		return err
+	}
+	return waitHealthy(ctx, "http://127.0.0.1:"+strconv.Itoa(probe)+"/readyz", f.controller)
+}
+
+// StartMac starts a simulated Mac's agent and waits until its API answers. A Mac started
+// again after StopMac keeps its port and its state (its aned cache).
+func (f *Fleet) StartMac(ctx context.Context, m Mac) error {
+	f.mu.Lock()
+	port := f.ports[m.Name]
+	if port == 0 {
+		port = m.Port
+	}
+	if port == 0 {
+		port = freePort(f.ip)
+	}
+	f.ports[m.Name] = port
+	f.mu.Unlock()
+	state := filepath.Join(f.opts.Dir, "macs", m.Name)
+	args := []string{"--kubeconfig", f.Kubeconfig, "--node-name", m.Name, "--backend", "sim", "--macos-build", m.MacOSBuild,
+		"--chip", "Apple M4 (sim)", "--state-dir", state, "--worker-binary", filepath.Join(f.opts.Bin, "synapse-ane-worker"),
+		"--listen", net.JoinHostPort(f.ip, strconv.Itoa(port)), "--advertise-address", f.ip,
+		"--sim-scale", strconv.FormatFloat(f.opts.SimScale, 'g', -1, 64)}
+	if m.Budget > 0 {
+		args = append(args, "--budget", strconv.Itoa(m.Budget))
+	}
+	p, err := startProcess(m.Name, filepath.Join(f.opts.Bin, "synapse-agent"), args, m.Env, f.opts.Out)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.agents[m.Name] = p
+	f.mu.Unlock()
+	return waitHealthy(ctx, f.URL(m.Name)+"/readyz", p)
+}
+
+// StopMac stops a Mac's agent (SIGTERM: it retires its lanes and exits).
+func (f *Fleet) StopMac(name string) error {
+	f.mu.Lock()
+	p := f.agents[name]
+	delete(f.agents, name)
+	f.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.stop(30 * time.Second)
+}
+
+// KillMac kills a Mac's agent at once, as a crash or a power cut would; its workers see their
+// stdin close and exit.
+func (f *Fleet) KillMac(name string) {
+	f.mu.Lock()
+	p := f.agents[name]
+	delete(f.agents, name)
+	f.mu.Unlock()
+	if p != nil {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// URL is the base URL of a Mac's HTTP API.
+func (f *Fleet) URL(name string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return "http://" + net.JoinHostPort(f.ip, strconv.Itoa(f.ports[name]))
+}
+
+// RestartAPIServer stops the kube-apiserver and starts it again on the same port with the same
+// certificates; etcd keeps running, so nothing stored is lost.
+func (f *Fleet) RestartAPIServer(down func()) error {
+	s := f.env.ControlPlane.GetAPIServer()
+	if err := s.Stop(); err != nil {
+		return err
+	}
+	if down != nil {
+		down()
+	}
+	return s.Start()
+}
+
+// process is a child process whose exit one goroutine waits for.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited; err is set then
+	err  error
+}
+
+func startProcess(name, path string, args, env []string, out io.Writer) (*process, error) {
+	cmd := exec.Command(path, args...)
+	w := prefixed(out, name)
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.Env = append(os.Environ(), env...)
+	// Its own process group, so a Ctrl-C in the terminal reaches the fleet's runner alone,
+	// which stops everything in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s (run 'make build'): %w", path, err)
+	}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// waitHealthy polls url until it answers 200, the process exits, or a minute passes.
+func waitHealthy(ctx context.Context, url string, p *process) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-p.done:
+			return false, fmt.Errorf("%s exited (%v); its log is above", p.name, p.err)
+		default:
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil // not listening yet
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s: %w", p.name, err)
+	}
+	return nil
+}
+
+// stop asks the process to terminate and kills it after grace.
+func (p *process) stop(grace time.Duration) error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("%s did not stop within %s and was killed", p.name, grace)
+	}
+	var exit *exec.ExitError
+	if errors.As(p.err, &exit) && !exit.Exited() {
+		return nil // ended by our signal
+	}
+	return p.err
+}

@@ -1,0 +1,66 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package localfleet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// ApplySamples creates every object of every YAML file in dir (kustomization.yaml aside), in
+// file-name order, which puts identities before the lanes that use them. A CertifiedIdentity
+// approves the worker binary the fleet's Macs run: its binaryDigest is set to that binary's,
+// as a release engineer certifying this build would.
+func (f *Fleet) ApplySamples(ctx context.Context, dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, file := range files {
+		if filepath.Base(file) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		for _, doc := range strings.Split(string(data), "\n---\n") {
+			obj := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			if len(obj.Object) == 0 {
+				continue
+			}
+			if obj.GetKind() == "CertifiedIdentity" {
+				if err := unstructured.SetNestedField(obj.Object, string(f.WorkerDigest), "spec", "worker", "binaryDigest"); err != nil {
+					return fmt.Errorf("%s: %w", file, err)
+				}
+			}
+			if err := f.Client.Create(ctx, obj); err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package agent is the node agent's cluster side and its wiring: it registers the node's
+// MacNode and renews its Lease, watches the LanePlacements bound to the node and loads each
+// lane (start its worker, self-check, prewarm, serve), reports their status, retires lanes
+// before their placements go, and serves the HTTP API over the lanes it holds.
+//
+// The lanes keep serving whatever the API server does: the supervisor, the workers and the
+// HTTP API do not depend on it, and status written while it is unreachable is caught up when
+// it returns.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/httpapi"
+	"github.com/ck-synapse/synapse-fleet/node-agent/serving"
+	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
+	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
+)
+
+// LeaseNamespace holds the node Leases (the controller's macnode lifecycle watches them).
+const LeaseNamespace = "synapse-node-lease"
+
+// Config configures an agent.
+type Config struct {
+	// NodeName is the MacNode this agent runs.
+	NodeName string
+	// Labels are set on the MacNode when the agent creates it.
+	Labels map[string]string
+	// Platform and Worker describe the machine and the worker binary it runs.
+	Platform v1.Platform
+	Worker   v1.NodeWorker
+	// Budget is the machine's layer executables (supervisor.DefaultBudget if zero).
+	Budget int
+	// Address is the address clients reach the HTTP API on; Listen is where it listens.
+	Address string
+	Listen  string
+	// Host starts the workers; LockPath is the machine's lane lock.
+	Host     *workerhost.Host
+	LockPath string
+	// LeaseDuration is the Lease's stated duration; it is renewed every third of it.
+	LeaseDuration time.Duration
+	// StatusInterval is the least time between two status writes of one object.
+	StatusInterval time.Duration
+	Clock          clock.WithTicker
+	Log            logr.Logger
+}
+
+// Agent is one node's agent.
+type Agent struct {
+	cfg        Config
+	sup        *supervisor.Supervisor
+	serve      *serving.Server
+	api        *httpapi.Server
+	registry   *prometheus.Registry
+	kube       client.Client
+	servingErr chan error
+
+	mu     sync.Mutex
+	lanes  map[types.NamespacedName]*lane // by placement
+	paused bool                           // paused by the admin API
+	node   *v1.MacNode                    // as last read
+	port   int32                          // the HTTP API's port
+	kick   chan struct{}
+	// resync asks the reconciler to look at every placement (pause and resume).
+	resync chan event.GenericEvent
+}
+
+// New returns an agent; Run starts it.
+func New(cfg Config) *Agent {
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = 30 * time.Second
+	}
+	if cfg.StatusInterval == 0 {
+		cfg.StatusInterval = time.Second
+	}
+	if cfg.Budget == 0 {
+		cfg.Budget = supervisor.DefaultBudget
+	}
+	a := &Agent{cfg: cfg, lanes: map[types.NamespacedName]*lane{}, kick: make(chan struct{}, 1), resync: make(chan event.GenericEvent, 1), registry: prometheus.NewRegistry()}
+	a.sup = supervisor.New(supervisor.Config{Clock: cfg.Clock, Spawner: cfg.Host, Log: cfg.Log.WithName("supervisor"), Budget: cfg.Budget, LockPath: cfg.LockPath})
+	a.serve = serving.New(serving.Supervised(a.sup), cfg.Clock)
+	a.api = httpapi.New(httpapi.Config{Node: cfg.NodeName, Catalog: a, Runner: a.serve, Admin: a, Clock: cfg.Clock, Registry: a.registry})
+	a.registry.MustRegister(newCollector(a))
+	return a
+}
+
+// Handler is the HTTP API.
+func (a *Agent) Handler() http.Handler { return a.api }
+
+// Run runs the agent until ctx ends: the supervisor, the HTTP API, the node's registration
+// and Lease, the placement reconciler and the status writer. On the way out it retires every
+// lane, so no worker outlives the agent.
+func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtime.Scheme) error {
+	ln, err := net.Listen("tcp", a.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", a.cfg.Listen, err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only this node's placements and its own MacNode, as NodeRestriction would allow.
+			&v1.LanePlacement{}: {Label: labels.SelectorFromSet(labels.Set{v1.LabelNode: a.cfg.NodeName})},
+			&v1.MacNode{}:       {Field: fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName)},
+		}},
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&coordinationv1.Lease{}}}},
+	})
+	if err != nil {
+		return err
+	}
+	_ = mgr.AddHealthzCheck("ping", healthz.Ping)
+	a.kube = mgr.GetClient()
+	if err := a.register(ctx, mgr.GetAPIReader(), port); err != nil {
+		return err
+	}
+	if err := (&reconciler{a: a}).setup(mgr); err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	goRun := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	supCtx, stopSup := context.WithCancel(context.Background())
+	supDone := make(chan struct{})
+	go func() { defer close(supDone); _ = a.sup.Run(supCtx) }()
+
+	srv := &http.Server{Handler: a.api, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("http: %w", err)
+			cancel()
+		}
+	}()
+	goRun("manager", mgr.Start)
+	goRun("lease", a.heartbeat)
+	goRun("status", a.writeStatus)
+	a.cfg.Log.Info("agent running", "node", a.cfg.NodeName, "listen", ln.Addr().String(), "address", a.cfg.Address)
+
+	<-ctx.Done()
+	wg.Wait()
+	shutdown, done := context.WithTimeout(context.Background(), 30*time.Second)
+	defer done()
+	_ = srv.Shutdown(shutdown)
+	a.retireAll(shutdown)
+	stopSup()
+	<-supDone
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// retireAll unloads every lane: their workers exit before the agent does.
+func (a *Agent) retireAll(ctx context.Context) {
+	for _, key := range a.sup.Lanes() {
+		a.serve.RemoveLane(key)
+		if err := a.sup.Retire(ctx, key); err != nil {
+			a.cfg.Log.Error(err, "retiring a lane on the way out", "lane", key)
+		}
+	}
+}
+
+// wake asks the status writer for a pass soon.
+func (a *Agent) wake() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,157 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/httpapi"
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/serving"
+	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
+	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
+)
+
+// laneState is where a placement's lane is on this node.
+type laneState int
+
+const (
+	laneLoading   laneState = iota // the worker is starting
+	laneSelfCheck                  // the smallest rung is being admitted and checked
+	laneReady                      // the self-check passed; prewarm and serving
+	laneFailed                     // loading or the self-check failed; retried
+	lanePaused                     // the node is paused: unloaded
+	laneRetiring                   // the placement is going: unloading
+)
+
+// lane is one placement's lane on this node.
+type lane struct {
+	placement  types.NamespacedName
+	generation int64 // the placement's metadata.generation last reconciled
+	// key is the lane's name in the supervisor and serving: <namespace>/<lane>.
+	key      string
+	spec     v1.LanePlacementSpec
+	identity *v1.CertifiedIdentity
+	api      httpapi.Lane
+	state    laneState
+	// loaded: the supervisor holds the lane (its worker runs or recovers).
+	loaded bool
+	// failure says why the lane failed or cannot load, for the status.
+	failure *v1.Fault
+	// verified: the identity matched the node; reason and message say otherwise.
+	verifyReason, verifyMessage string
+	// retryAt is when a failed load is tried again.
+	retryAt time.Time
+}
+
+func laneKey(spec v1.LanePlacementSpec, namespace string) string { return namespace + "/" + spec.Lane }
+
+// Lookup implements httpapi.Catalog: "<namespace>/<lane>", or a lane name unique on the node.
+func (a *Agent) Lookup(model string) (httpapi.Lane, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var found []*lane
+	for _, l := range a.lanes {
+		if l.key == model || (!strings.Contains(model, "/") && l.spec.Lane == model) {
+			found = append(found, l)
+		}
+	}
+	switch {
+	case len(found) == 0:
+		return httpapi.Lane{}, refusal.New(refusal.UnknownLane, model, "no lane of that name is placed on node %s", a.cfg.NodeName)
+	case len(found) > 1:
+		keys := make([]string, len(found))
+		for i, l := range found {
+			keys[i] = l.key
+		}
+		slices.Sort(keys)
+		return httpapi.Lane{}, refusal.New(refusal.InvalidRequest, model, "several lanes of that name are placed here (%s); name one as <namespace>/<lane>", strings.Join(keys, ", "))
+	}
+	l := found[0]
+	switch l.state {
+	case lanePaused:
+		return httpapi.Lane{}, refusal.New(refusal.NodePaused, l.key, "node %s is paused and has unloaded its lanes", a.cfg.NodeName)
+	case laneRetiring:
+		return httpapi.Lane{}, refusal.New(refusal.LaneRetired, l.key, "the lane is being unloaded from node %s", a.cfg.NodeName)
+	}
+	if !l.loaded {
+		msg := "the lane's worker is starting"
+		if l.failure != nil {
+			msg = "the lane failed to load: " + l.failure.Message
+		}
+		return httpapi.Lane{}, refusal.New(refusal.EngineCrashed, l.key, "%s", msg)
+	}
+	return l.api, nil
+}
+
+// modelSpec is the supervisor's view of a placement.
+func modelSpec(key string, spec v1.LanePlacementSpec, id *v1.CertifiedIdentity) supervisor.ModelSpec {
+	rungs := make([]int, len(spec.Rungs))
+	for i, r := range spec.Rungs {
+		rungs[i] = int(r)
+	}
+	return supervisor.ModelSpec{Lane: key, Identity: id.Name, Model: id.Spec.Model.Name, Dimensions: int(id.Spec.Model.EmbeddingDimensions),
+		Layers: int(id.Spec.Model.Layers), Rungs: rungs, MaxResidentShapes: int(spec.MaxResidentShapes),
+		AdmissionBound: time.Duration(spec.AdmissionBoundSeconds) * time.Second}
+}
+
+// servingLane is serving's view of a placement.
+func servingLane(key string, spec v1.LanePlacementSpec, id *v1.CertifiedIdentity) serving.Lane {
+	ms := modelSpec(key, spec, id)
+	return serving.Lane{Name: key, Task: string(spec.Task), Rungs: ms.Rungs, Ceiling: int(spec.Ceiling), Dimensions: ms.Dimensions}
+}
+
+// selfCheck admits the lane's smallest rung and runs one input through it, checking the
+// answer's shape: a lane is Ready only once it has answered correctly.
+func (a *Agent) selfCheck(ctx context.Context, l *lane) error {
+	key, task := l.key, string(l.spec.Task)
+	seq := []uint32{1, 2, 3}
+	if task == string(v1.TaskRerank) {
+		seq = []uint32{1, 2, tokenizer.Separator, 3}
+	}
+	// The admission may compile for minutes; it is waited for, not bounded by a request's
+	// deadline. A refusal (shape_compiling) is retried after its delay.
+	for {
+		res, err := a.serve.Run(ctx, key, task, [][]uint32{seq}, time.Time{})
+		if err == nil {
+			if task == string(v1.TaskEmbed) && (len(res.Vectors) != 1 || len(res.Vectors[0]) != l.api.Dimensions) {
+				return fmt.Errorf("the self-check answered %d vectors", len(res.Vectors))
+			}
+			if task == string(v1.TaskRerank) && len(res.Scores) != 1 {
+				return fmt.Errorf("the self-check answered %d scores", len(res.Scores))
+			}
+			return nil
+		}
+		var r *refusal.Error
+		if !errors.As(err, &r) || r.Code != refusal.ShapeCompiling {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.cfg.Clock.After(r.RetryAfter):
+		}
+	}
+}

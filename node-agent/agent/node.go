@@ -1,0 +1,153 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
+
+// register creates the node's MacNode if it does not exist; a node that comes back keeps its
+// object (and its placements).
+func (a *Agent) register(ctx context.Context, reader client.Reader, port int) error {
+	a.cfg.Platform.NeuralEngineCores = max(a.cfg.Platform.NeuralEngineCores, 0)
+	a.mu.Lock()
+	a.port = int32(port)
+	a.mu.Unlock()
+	node := &v1.MacNode{}
+	err := reader.Get(ctx, client.ObjectKey{Name: a.cfg.NodeName}, node)
+	switch {
+	case apierrors.IsNotFound(err):
+		node = &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName, Labels: a.cfg.Labels}}
+		if err := a.kube.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("registering MacNode %s: %w", a.cfg.NodeName, err)
+		}
+		a.cfg.Log.Info("registered the MacNode", "node", a.cfg.NodeName)
+	case err != nil:
+		return fmt.Errorf("reading MacNode %s: %w", a.cfg.NodeName, err)
+	default:
+		a.cfg.Log.Info("the MacNode exists; re-adopting its placements", "node", a.cfg.NodeName)
+	}
+	a.mu.Lock()
+	a.node = node
+	a.mu.Unlock()
+	return nil
+}
+
+// ownNode is the node as this agent reports it: what matters for identity matching comes from
+// the agent itself, not from a status someone else may have written.
+func (a *Agent) ownNode() *v1.MacNode {
+	return &v1.MacNode{Status: v1.MacNodeStatus{Platform: a.cfg.Platform, Worker: a.cfg.Worker}}
+}
+
+// isPaused reports whether the node is paused, by its spec or by the admin API.
+func (a *Agent) isPaused() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pausedLocked()
+}
+
+func (a *Agent) pausedLocked() bool {
+	return a.paused || (a.node != nil && a.node.Spec.Paused)
+}
+
+// heartbeat renews the node's Lease every third of its duration, as a kubelet does.
+func (a *Agent) heartbeat(ctx context.Context) error {
+	every := a.cfg.LeaseDuration / 3
+	for {
+		if err := a.renew(ctx); err != nil && ctx.Err() == nil {
+			a.cfg.Log.Error(err, "renewing the node Lease; serving continues")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.cfg.Clock.After(every):
+		}
+	}
+}
+
+func (a *Agent) renew(ctx context.Context) error {
+	now := metav1.NewMicroTime(a.cfg.Clock.Now())
+	lease := &coordinationv1.Lease{}
+	err := a.kube.Get(ctx, client.ObjectKey{Namespace: LeaseNamespace, Name: a.cfg.NodeName}, lease)
+	if apierrors.IsNotFound(err) {
+		lease = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: LeaseNamespace, Name: a.cfg.NodeName},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(a.cfg.NodeName),
+				LeaseDurationSeconds: ptr.To(int32(a.cfg.LeaseDuration / time.Second)), RenewTime: &now},
+		}
+		return a.kube.Create(ctx, lease)
+	}
+	if err != nil {
+		return err
+	}
+	lease.Spec.HolderIdentity = ptr.To(a.cfg.NodeName)
+	lease.Spec.LeaseDurationSeconds = ptr.To(int32(a.cfg.LeaseDuration / time.Second))
+	lease.Spec.RenewTime = &now
+	return a.kube.Update(ctx, lease)
+}
+
+// Pause implements httpapi.Admin: every lane is unloaded before it returns; the placements
+// stay, phase Paused.
+func (a *Agent) Pause(ctx context.Context) error {
+	a.mu.Lock()
+	a.paused = true
+	var keys []*lane
+	for _, l := range a.lanes {
+		keys = append(keys, l)
+	}
+	a.mu.Unlock()
+	for _, l := range keys {
+		a.unload(ctx, l.placement, false)
+		a.setState(l, lanePaused, nil)
+	}
+	a.cfg.Log.Info("paused by the admin API; every lane is unloaded")
+	a.reconcileAll()
+	return ctx.Err()
+}
+
+// Resume implements httpapi.Admin: the lanes load again (unless the node's spec pauses it).
+func (a *Agent) Resume(ctx context.Context) error {
+	a.mu.Lock()
+	a.paused = false
+	a.mu.Unlock()
+	a.cfg.Log.Info("resumed by the admin API")
+	a.reconcileAll()
+	return nil
+}
+
+// reconcileAll asks the reconciler to look at every placement.
+func (a *Agent) reconcileAll() {
+	select {
+	case a.resync <- event.GenericEvent{Object: &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName}}}:
+	default: // one is pending already
+	}
+}

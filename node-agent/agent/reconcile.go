@@ -1,0 +1,292 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/httpapi"
+	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
+)
+
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities,verbs=get;list;watch
+
+// RetryInterval is how long a lane that failed to load waits before it is tried again.
+const RetryInterval = 10 * time.Second
+
+// reconciler loads the lanes of the placements bound to this node.
+type reconciler struct{ a *Agent }
+
+func (r *reconciler) setup(mgr ctrl.Manager) error {
+	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		return r.a.placementRequests()
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("agent.placement").
+		For(&v1.LanePlacement{}).
+		// Pausing or resuming the node, or a change of its identity, concerns every placement.
+		Watches(&v1.MacNode{}, all).
+		Watches(&v1.CertifiedIdentity{}, all).
+		WatchesRawSource(source.Channel(r.a.resync, all)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(r)
+}
+
+func (a *Agent) placementRequests() []reconcile.Request {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]reconcile.Request, 0, len(a.lanes))
+	for k := range a.lanes {
+		out = append(out, reconcile.Request{NamespacedName: k})
+	}
+	return out
+}
+
+// Reconcile brings one placement's lane to what its placement and the node say.
+func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	a := r.a
+	if err := a.refreshNode(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
+	p := &v1.LanePlacement{}
+	err := a.kube.Get(ctx, req.NamespacedName, p)
+	switch {
+	case apierrors.IsNotFound(err):
+		// Gone without the handshake (forced away after the node was lost): unload it.
+		a.unload(ctx, req.NamespacedName, true)
+		return reconcile.Result{}, nil
+	case err != nil:
+		return reconcile.Result{}, err
+	}
+	if p.Spec.Node != a.cfg.NodeName {
+		return reconcile.Result{}, nil
+	}
+	if !p.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, r.retire(ctx, p)
+	}
+	l := a.entry(p)
+	if a.isPaused() {
+		a.unload(ctx, req.NamespacedName, false)
+		a.setState(l, lanePaused, nil)
+		return reconcile.Result{}, nil
+	}
+
+	identity := &v1.CertifiedIdentity{}
+	if err := a.kube.Get(ctx, client.ObjectKey{Name: p.Spec.Identity}, identity); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, err
+		}
+		a.unload(ctx, req.NamespacedName, false)
+		a.fail(l, "IdentityNotFound", fmt.Sprintf("CertifiedIdentity %s does not exist", p.Spec.Identity))
+		return reconcile.Result{}, nil
+	}
+	if node := a.ownNode(); node == nil || !identity.Matches(node) {
+		// The approval is for another worker binary or macOS build: nothing loads.
+		a.unload(ctx, req.NamespacedName, false)
+		a.fail(l, "IdentityMismatch", fmt.Sprintf("node %s does not run identity %s (worker %s, macOS %s)",
+			a.cfg.NodeName, identity.Name, identity.Spec.Worker.BinaryDigest, identity.Spec.MacOSBuild))
+		return reconcile.Result{}, nil
+	}
+
+	a.mu.Lock()
+	l.generation = p.Generation
+	reload := l.loaded && (!sameLoad(l.spec, p.Spec) || l.identity.Name != identity.Name)
+	loaded, retryAt := l.loaded, l.retryAt
+	a.mu.Unlock()
+	if reload {
+		a.unload(ctx, req.NamespacedName, false)
+		loaded = false
+	}
+	if loaded {
+		a.mu.Lock()
+		prewarmChanged := !slices.Equal(l.spec.PrewarmRungs, p.Spec.PrewarmRungs)
+		l.spec = p.Spec
+		ready := l.state == laneReady
+		a.mu.Unlock()
+		if prewarmChanged && ready {
+			_ = a.sup.Prewarm(l.key, rungs(p.Spec.PrewarmRungs))
+		}
+		return reconcile.Result{}, nil
+	}
+	if now := a.cfg.Clock.Now(); now.Before(retryAt) {
+		return reconcile.Result{RequeueAfter: retryAt.Sub(now)}, nil
+	}
+	return r.load(ctx, l, p, identity)
+}
+
+// sameLoad reports whether two placement specs load the same worker (prewarm aside).
+func sameLoad(a, b v1.LanePlacementSpec) bool {
+	a.PrewarmRungs, b.PrewarmRungs = nil, nil
+	return slices.Equal(a.Rungs, b.Rungs) && a.Ceiling == b.Ceiling && a.MaxResidentShapes == b.MaxResidentShapes &&
+		a.AdmissionBoundSeconds == b.AdmissionBoundSeconds && a.RequestDeadlineSeconds == b.RequestDeadlineSeconds &&
+		a.Task == b.Task && a.Identity == b.Identity && a.Device == b.Device
+}
+
+func rungs(rs []v1.Rung) []int {
+	out := make([]int, len(rs))
+	for i, r := range rs {
+		out[i] = int(r)
+	}
+	return out
+}
+
+// load starts the lane's worker and, in the background, its self-check and prewarm.
+func (r *reconciler) load(ctx context.Context, l *lane, p *v1.LanePlacement, identity *v1.CertifiedIdentity) (reconcile.Result, error) {
+	a := r.a
+	key := laneKey(p.Spec, p.Namespace)
+	a.mu.Lock()
+	l.key, l.spec, l.identity = key, p.Spec, identity
+	l.api = httpapi.Lane{Namespace: p.Namespace, Name: p.Spec.Lane, Key: key, Task: string(p.Spec.Task), Device: string(p.Spec.Device),
+		Ceiling: int(p.Spec.Ceiling), Dimensions: int(identity.Spec.Model.EmbeddingDimensions), Tokenizer: tokenizer.Sim{},
+		Deadline: time.Duration(p.Spec.RequestDeadlineSeconds) * time.Second}
+	l.failure, l.verifyReason, l.verifyMessage = nil, "", ""
+	a.mu.Unlock()
+	a.setState(l, laneLoading, nil)
+
+	if err := a.sup.LoadModel(ctx, modelSpec(key, p.Spec, identity)); err != nil {
+		a.mu.Lock()
+		l.retryAt = a.cfg.Clock.Now().Add(RetryInterval)
+		a.mu.Unlock()
+		a.setState(l, laneFailed, &v1.Fault{Code: "load_failed", Message: err.Error()})
+		return reconcile.Result{RequeueAfter: RetryInterval}, nil
+	}
+	a.serve.AddLane(servingLane(key, p.Spec, identity))
+	a.mu.Lock()
+	l.loaded = true
+	a.mu.Unlock()
+	a.setState(l, laneSelfCheck, nil)
+
+	gen := a.generationOf(key)
+	go func() {
+		err := a.selfCheck(context.Background(), l)
+		a.mu.Lock()
+		current := l.loaded && l.key == key && a.generationOf(key) == gen
+		a.mu.Unlock()
+		if !current {
+			return
+		}
+		if err != nil {
+			a.setState(l, laneFailed, &v1.Fault{Code: "self_check_failed", Message: err.Error()})
+			return
+		}
+		a.setState(l, laneReady, nil)
+		if len(l.spec.PrewarmRungs) > 0 {
+			_ = a.sup.Prewarm(key, rungs(l.spec.PrewarmRungs))
+		}
+	}()
+	return reconcile.Result{}, nil
+}
+
+func (a *Agent) generationOf(key string) int64 {
+	snap, _ := a.sup.Snapshot(key)
+	return snap.Generation
+}
+
+// retire unloads a deleted placement's lane and then lets the placement go: the finalizer is
+// removed only after the worker's exit is confirmed and its reservations are refunded.
+func (r *reconciler) retire(ctx context.Context, p *v1.LanePlacement) error {
+	a := r.a
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	l := a.entry(p)
+	a.setState(l, laneRetiring, nil)
+	a.writePlacementStatus(ctx, key) // say Retiring while the worker drains
+	a.unload(ctx, key, false)
+	if controllerutil.ContainsFinalizer(p, v1.FinalizerRetirement) {
+		stored := p.DeepCopy()
+		controllerutil.RemoveFinalizer(p, v1.FinalizerRetirement)
+		if err := a.kube.Patch(ctx, p, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	a.mu.Lock()
+	delete(a.lanes, key)
+	a.mu.Unlock()
+	a.cfg.Log.Info("placement retired; finalizer removed", "placement", key.String())
+	return nil
+}
+
+// entry returns the placement's lane entry, creating it.
+func (a *Agent) entry(p *v1.LanePlacement) *lane {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	l := a.lanes[key]
+	if l == nil {
+		l = &lane{placement: key, key: laneKey(p.Spec, p.Namespace), spec: p.Spec, generation: p.Generation}
+		a.lanes[key] = l
+	}
+	return l
+}
+
+// unload retires the placement's lane from serving and the supervisor, if it is loaded, and
+// forgets the entry when forget is set.
+func (a *Agent) unload(ctx context.Context, key types.NamespacedName, forget bool) {
+	a.mu.Lock()
+	l := a.lanes[key]
+	if l == nil {
+		a.mu.Unlock()
+		return
+	}
+	wasLoaded := l.loaded
+	l.loaded = false
+	if forget {
+		delete(a.lanes, key)
+	}
+	a.mu.Unlock()
+	if wasLoaded {
+		a.serve.RemoveLane(l.key)
+		if err := a.sup.Retire(ctx, l.key); err != nil {
+			a.cfg.Log.Error(err, "retiring a lane", "lane", l.key)
+		}
+	}
+	a.wake()
+}
+
+func (a *Agent) setState(l *lane, s laneState, failure *v1.Fault) {
+	a.mu.Lock()
+	l.state = s
+	if failure != nil {
+		failure.Time = metav1.NewTime(a.cfg.Clock.Now().Truncate(time.Second))
+		l.failure = failure
+	}
+	a.mu.Unlock()
+	a.wake()
+}
+
+func (a *Agent) fail(l *lane, reason, message string) {
+	a.mu.Lock()
+	l.verifyReason, l.verifyMessage = reason, message
+	a.mu.Unlock()
+	a.setState(l, laneFailed, &v1.Fault{Code: reason, Message: message})
+}

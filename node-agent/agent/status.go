@@ -1,0 +1,326 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
+)
+
+// writeStatus writes the placements' and the node's status when they change: passes run on
+// every state change and every StatusInterval, and one object is written at most once per
+// StatusInterval, so a burst of changes is coalesced into one write. A write that fails (the
+// API server is away) is retried on the next pass: status catches up when it returns.
+func (a *Agent) writeStatus(ctx context.Context) error {
+	ticker := a.cfg.Clock.NewTicker(a.cfg.StatusInterval)
+	defer ticker.Stop()
+	last := map[string]time.Time{}
+	for {
+		now := a.cfg.Clock.Now()
+		due := func(key string) bool { t, ok := last[key]; return !ok || now.Sub(t) >= a.cfg.StatusInterval }
+		if due("node") {
+			if wrote, err := a.writeNodeStatus(ctx); err != nil {
+				a.cfg.Log.V(1).Info("writing the node status; will retry", "error", err.Error())
+			} else if wrote {
+				last["node"] = now
+			}
+		}
+		for _, key := range a.placementKeys() {
+			if !due(key.String()) {
+				continue
+			}
+			if wrote, err := a.writePlacementStatus(ctx, key); err != nil {
+				a.cfg.Log.V(1).Info("writing a placement status; will retry", "placement", key.String(), "error", err.Error())
+			} else if wrote {
+				last[key.String()] = now
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C():
+		case <-a.kick:
+		}
+	}
+}
+
+func (a *Agent) placementKeys() []types.NamespacedName {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]types.NamespacedName, 0, len(a.lanes))
+	for k := range a.lanes {
+		out = append(out, k)
+	}
+	return out
+}
+
+// refreshNode reads the node (spec: paused, unschedulable) from the cache.
+func (a *Agent) refreshNode(ctx context.Context) error {
+	node := &v1.MacNode{}
+	if err := a.kube.Get(ctx, client.ObjectKey{Name: a.cfg.NodeName}, node); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	a.mu.Lock()
+	a.node = node
+	a.mu.Unlock()
+	return nil
+}
+
+// writePlacementStatus patches one placement's status if it differs from what the agent knows.
+func (a *Agent) writePlacementStatus(ctx context.Context, key types.NamespacedName) (bool, error) {
+	p := &v1.LanePlacement{}
+	if err := a.kube.Get(ctx, key, p); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	stored := p.DeepCopy()
+	if !a.placementStatus(key, p) || equality.Semantic.DeepEqual(stored.Status, p.Status) {
+		return false, nil
+	}
+	return true, client.IgnoreNotFound(a.kube.Status().Patch(ctx, p, client.MergeFrom(stored)))
+}
+
+// placementStatus fills p's status from the lane's state; false if the agent has no entry.
+func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) bool {
+	a.mu.Lock()
+	l := a.lanes[key]
+	if l == nil {
+		a.mu.Unlock()
+		return false
+	}
+	state, loaded, laneKey, failure := l.state, l.loaded, l.key, l.failure
+	verifyReason, verifyMessage, identity := l.verifyReason, l.verifyMessage, l.identity
+	a.mu.Unlock()
+
+	now := metav1.NewTime(a.cfg.Clock.Now().Truncate(time.Second))
+	st := &p.Status
+	st.ObservedGeneration = p.Generation
+	var snap supervisor.LaneSnapshot
+	if loaded {
+		snap, loaded = a.sup.Snapshot(laneKey)
+	}
+	st.ResidentShapes, st.CachedShapes, st.Compile, st.Prewarm = toRungs(snap.Resident), toRungs(snap.Cached), nil, nil
+	if loaded {
+		st.WorkerGeneration = snap.Generation
+		if c := snap.Admitting; c != nil {
+			st.Compile = &v1.CompileProgress{Rung: v1.Rung(c.Rung), LayersDone: int32(c.LayersDone), LayersTotal: int32(c.LayersTotal),
+				PredictedReadyTime: ptrTime(c.PredictedDone)}
+		}
+		if pw, ok := a.sup.Prewarmed(laneKey); ok {
+			st.Prewarm = &v1.PrewarmSummary{State: pw.State, Loaded: toRungs(pw.Loaded), LoadedFromCache: int32(pw.LoadedFromCache),
+				Compiled: int32(pw.Compiled), AlreadyResident: int32(pw.AlreadyResident), SkippedForBudget: int32(pw.SkippedForBudget),
+				Failed: int32(pw.Failed), TotalMilliseconds: pw.Total.Milliseconds()}
+		}
+	}
+	switch {
+	case failure != nil:
+		st.LastFault = failure.DeepCopy()
+	case snap.LastFault != nil:
+		st.LastFault = &v1.Fault{Code: snap.LastFault.Code, Message: snap.LastFault.Message, Time: metav1.NewTime(snap.LastFault.At.Truncate(time.Second))}
+	}
+
+	st.Phase = phase(state, snap, loaded)
+	set := func(typ string, ok bool, reason, message string) {
+		status := metav1.ConditionFalse
+		if ok {
+			status = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: message,
+			ObservedGeneration: p.Generation, LastTransitionTime: now})
+	}
+	switch {
+	case verifyReason != "":
+		set(v1.PlacementConditionArtifactVerified, false, verifyReason, verifyMessage)
+	case identity != nil:
+		set(v1.PlacementConditionArtifactVerified, true, "IdentityMatched", fmt.Sprintf("node %s runs identity %s exactly", a.cfg.NodeName, identity.Name))
+	}
+	switch {
+	case loaded && snap.Running:
+		set(v1.PlacementConditionWorkerRunning, true, "Running", fmt.Sprintf("worker generation %d is serving", snap.Generation))
+	case loaded && snap.Recovering:
+		set(v1.PlacementConditionWorkerRunning, false, "Recovering", fmt.Sprintf("worker generation %d faulted; its replacement is starting", snap.Generation))
+	case state == lanePaused:
+		set(v1.PlacementConditionWorkerRunning, false, "Paused", "the node is paused; the lane is unloaded")
+	case state == laneRetiring:
+		set(v1.PlacementConditionWorkerRunning, false, "Retiring", "the lane is being unloaded")
+	default:
+		set(v1.PlacementConditionWorkerRunning, false, "NotRunning", "no worker runs for this lane")
+	}
+	switch state {
+	case laneReady, lanePaused, laneRetiring:
+		if meta.FindStatusCondition(st.Conditions, v1.PlacementConditionSelfChecked) == nil || state == laneReady {
+			set(v1.PlacementConditionSelfChecked, state == laneReady, "Passed", "the smallest rung answered a known input correctly")
+		}
+	case laneFailed:
+		if failure != nil && failure.Code == "self_check_failed" {
+			set(v1.PlacementConditionSelfChecked, false, "Failed", failure.Message)
+		}
+	default:
+		set(v1.PlacementConditionSelfChecked, false, "Pending", "the self-check runs once the smallest rung is resident")
+	}
+	ready := st.Phase == v1.PhaseReady
+	reason, message := string(st.Phase), phaseMessage(st.Phase, st)
+	set(v1.ConditionReady, ready, reason, message)
+	return true
+}
+
+func phase(state laneState, snap supervisor.LaneSnapshot, loaded bool) v1.PlacementPhase {
+	switch state {
+	case lanePaused:
+		return v1.PhasePaused
+	case laneRetiring:
+		return v1.PhaseRetiring
+	case laneFailed:
+		return v1.PhaseFailed
+	case laneLoading:
+		return v1.PhaseLoading
+	case laneSelfCheck:
+		if snap.Admitting != nil {
+			return v1.PhaseCompiling
+		}
+		return v1.PhaseLoading
+	}
+	if !loaded || !snap.Running {
+		return v1.PhaseLoading // a faulted worker's replacement is starting
+	}
+	return v1.PhaseReady
+}
+
+func phaseMessage(p v1.PlacementPhase, st *v1.LanePlacementStatus) string {
+	switch p {
+	case v1.PhaseReady:
+		return fmt.Sprintf("serving on worker generation %d", st.WorkerGeneration)
+	case v1.PhaseCompiling:
+		return fmt.Sprintf("compiling rung %d: %d of %d layers", st.Compile.Rung, st.Compile.LayersDone, st.Compile.LayersTotal)
+	case v1.PhaseFailed:
+		if st.LastFault != nil {
+			return st.LastFault.Code + ": " + st.LastFault.Message
+		}
+	case v1.PhasePaused:
+		return "the node is paused; the lane is unloaded until it resumes"
+	case v1.PhaseRetiring:
+		return "the lane is being unloaded; the placement goes once its worker has exited"
+	}
+	return "the lane's worker is starting"
+}
+
+func toRungs(rs []int) []v1.Rung {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make([]v1.Rung, len(rs))
+	for i, r := range rs {
+		out[i] = v1.Rung(r)
+	}
+	return out
+}
+
+func ptrTime(t time.Time) *metav1.Time {
+	mt := metav1.NewTime(t.Truncate(time.Second))
+	return &mt
+}
+
+// writeNodeStatus patches the MacNode's status if it differs from what the agent reports.
+func (a *Agent) writeNodeStatus(ctx context.Context) (bool, error) {
+	node := &v1.MacNode{}
+	if err := a.kube.Get(ctx, client.ObjectKey{Name: a.cfg.NodeName}, node); err != nil {
+		return false, err
+	}
+	a.mu.Lock()
+	a.node = node.DeepCopy()
+	paused, adminPaused := a.pausedLocked(), a.paused
+	lanes := map[string]string{} // supervisor key -> identity
+	for _, l := range a.lanes {
+		if l.loaded && l.identity != nil {
+			lanes[l.key] = l.identity.Name
+		}
+	}
+	port := a.port
+	a.mu.Unlock()
+
+	stored := node.DeepCopy()
+	st := &node.Status
+	now := a.cfg.Clock.Now()
+	sup := a.sup.Node()
+	st.ObservedGeneration = node.Generation
+	st.Platform, st.Worker = a.cfg.Platform, a.cfg.Worker
+	st.Capacity = v1.ExecutableBudget{LayerExecutables: int32(sup.Budget)}
+	st.Allocated = v1.ExecutableBudget{LayerExecutables: int32(sup.Used)}
+	st.Addresses = []v1.NodeAddress{{Type: "InternalIP", Address: a.cfg.Address}}
+	st.ServingPort = port
+	st.Lanes = int32(len(lanes))
+	cached := map[string][]v1.Rung{}
+	for key, id := range lanes {
+		if snap, ok := a.sup.Snapshot(key); ok {
+			for _, r := range snap.Cached {
+				if !slices.Contains(cached[id], v1.Rung(r)) {
+					cached[id] = append(cached[id], v1.Rung(r))
+				}
+			}
+		}
+	}
+	st.CachedRungs = nil
+	for id, rs := range cached {
+		slices.Sort(rs)
+		st.CachedRungs = append(st.CachedRungs, v1.CachedRungs{Identity: id, Rungs: rs})
+	}
+	slices.SortFunc(st.CachedRungs, func(x, y v1.CachedRungs) int { return strings.Compare(x.Identity, y.Identity) })
+	st.CompileQueue = v1.CompileQueueSummary{Length: int32(sup.QueueLength), Running: sup.Running}
+	if !sup.PredictedDrain.IsZero() {
+		// Rounded up to 5 s so the estimate does not rewrite the node every second.
+		secs := int32((sup.PredictedDrain.Sub(now) + 5*time.Second - 1) / (5 * time.Second) * 5)
+		st.CompileQueue.PredictedDrainSeconds = max(secs, 0)
+	}
+	t := metav1.NewTime(now.Truncate(time.Second))
+	cond := func(typ string, status metav1.ConditionStatus, reason, message string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: message,
+			ObservedGeneration: node.Generation, LastTransitionTime: t})
+	}
+	cond(v1.ConditionReady, metav1.ConditionTrue, v1.NodeReasonAgentReady, fmt.Sprintf("the agent is running and heartbeating; %d lanes loaded", len(lanes)))
+	cond(v1.NodeConditionANEAvailable, metav1.ConditionTrue, "Backend"+capitalise(string(a.cfg.Worker.Backend)),
+		fmt.Sprintf("workers run the %s backend", a.cfg.Worker.Backend))
+	switch {
+	case adminPaused:
+		cond(v1.NodeConditionPaused, metav1.ConditionTrue, "PausedByAdminAPI", "paused through the agent's admin API; every lane is unloaded")
+	case paused:
+		cond(v1.NodeConditionPaused, metav1.ConditionTrue, "PausedBySpec", "spec.paused is set; every lane is unloaded")
+	default:
+		cond(v1.NodeConditionPaused, metav1.ConditionFalse, "NotPaused", "the node serves its lanes")
+	}
+	if equality.Semantic.DeepEqual(stored.Status, node.Status) {
+		return false, nil
+	}
+	return true, a.kube.Status().Patch(ctx, node, client.MergeFrom(stored))
+}
+
+func capitalise(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

@@ -1,0 +1,211 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package agentcmd is the synapse-agent command line: flags into an agent.Config, and the
+// agent's run. Subcommands (the artifacts group) hang off the same root.
+package agentcmd
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/spf13/cobra"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/agent"
+	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
+)
+
+type options struct {
+	nodeName, stateDir, lockPath, workerBinary, backend string
+	listen, advertise, macOSBuild, chip, signingID      string
+	labels                                              map[string]string
+	simScale                                            float64
+	budget                                              int
+}
+
+// NewCommand returns the synapse-agent root command.
+func NewCommand() *cobra.Command {
+	o := options{}
+	zapOpts := zap.Options{}
+	cmd := &cobra.Command{
+		Use:   "synapse-agent",
+		Short: "The Synapse Fleet node agent: serves a Mac's lanes on its Neural Engine",
+		Long: `synapse-agent runs on each Mac of the fleet. It registers the node's MacNode, renews its
+Lease, loads the lanes of the LanePlacements bound to it into worker processes, serves
+/v1/embeddings and /v1/rerank over HTTP, and reports everything back to the cluster.
+
+The sim backend runs anywhere and stands in for the Neural Engine; it must be asked for
+explicitly (--backend sim): an agent never switches to it on its own.`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			return run(cmd, o)
+		},
+	}
+	f := cmd.Flags()
+	host, _ := os.Hostname()
+	f.StringVar(&o.nodeName, "node-name", host, "the MacNode this agent runs")
+	f.StringToStringVar(&o.labels, "node-labels", nil, "labels set on the MacNode when the agent creates it (k=v,...)")
+	f.StringVar(&o.stateDir, "state-dir", "", "where the agent keeps its state (the sim backend's aned cache); required")
+	f.StringVar(&o.lockPath, "lock-path", "", "the machine's Neural Engine lane lock (default <state-dir>/ane.lock)")
+	f.StringVar(&o.workerBinary, "worker-binary", "", "the synapse-ane-worker executable (default: next to this binary)")
+	f.StringVar(&o.backend, "backend", "ane", "the workers' backend: ane (macOS on Apple silicon) or sim (the stand-in, any OS)")
+	f.StringVar(&o.signingID, "signing-identifier", "synapse-ane-worker", "the worker's code-signing identifier")
+	f.StringVar(&o.listen, "listen", ":8080", "the HTTP API's listen address")
+	f.StringVar(&o.advertise, "advertise-address", "", "the address clients reach this node on (default: the first non-loopback IPv4 address)")
+	f.StringVar(&o.macOSBuild, "macos-build", "", "sim: the macOS build the node reports (the ane backend reads the real one)")
+	f.StringVar(&o.chip, "chip", "", "sim: the chip the node reports")
+	f.Float64Var(&o.simScale, "sim-scale", 1, "sim: multiplies every simulated compile and load time")
+	f.IntVar(&o.budget, "budget", 0, "the machine's layer executables (default 100)")
+	gf := flag.NewFlagSet("", flag.ContinueOnError)
+	zapOpts.BindFlags(gf)
+	f.AddGoFlagSet(gf)
+	// --kubeconfig is controller-runtime's own flag.
+	f.AddGoFlag(flag.CommandLine.Lookup("kubeconfig"))
+	return cmd
+}
+
+func run(cmd *cobra.Command, o options) error {
+	log := ctrl.Log.WithName("agent")
+	if o.stateDir == "" {
+		return errors.New("--state-dir is required")
+	}
+	if o.nodeName == "" {
+		return errors.New("--node-name is required")
+	}
+	if err := os.MkdirAll(o.stateDir, 0o755); err != nil {
+		return err
+	}
+	if o.lockPath == "" {
+		o.lockPath = filepath.Join(o.stateDir, "ane.lock")
+	}
+	if o.workerBinary == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		o.workerBinary = filepath.Join(filepath.Dir(self), "synapse-ane-worker")
+	}
+	digest, err := fileDigest(o.workerBinary)
+	if err != nil {
+		return fmt.Errorf("the worker binary: %w", err)
+	}
+	platform, err := platformOf(o)
+	if err != nil {
+		return err
+	}
+	if o.advertise == "" {
+		if o.advertise, err = firstIPv4(); err != nil {
+			return err
+		}
+	}
+	restConfig, err := ctrl.GetConfig()
+	if err != nil {
+		return err
+	}
+	scheme := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1.AddToScheme(scheme))
+
+	clk := clock.RealClock{}
+	host := workerhost.New(workerhost.Config{Binary: o.workerBinary, Backend: o.backend, SigningIdentifier: o.signingID, StateDir: o.stateDir, SimScale: o.simScale,
+		Log: log.WithName("worker"), Clock: clk})
+	a := agent.New(agent.Config{
+		NodeName: o.nodeName, Labels: o.labels, Platform: platform,
+		Worker: v1.NodeWorker{SigningIdentifier: o.signingID, BinaryDigest: v1.Sha256Digest(digest), ProtocolVersion: 3, Backend: v1.WorkerBackend(o.backend)},
+		Budget: o.budget, Address: o.advertise, Listen: o.listen, Host: host, LockPath: o.lockPath, Clock: clk, Log: log,
+	})
+	return a.Run(ctrl.SetupSignalHandler(), restConfig, scheme)
+}
+
+// platformOf is the machine the node reports. The ane backend reads the real macOS build; the
+// sim backend reports what it is told, so a dev fleet can show identity matching.
+func platformOf(o options) (v1.Platform, error) {
+	switch o.backend {
+	case "sim":
+		p := v1.Platform{Chip: o.chip, MacOSBuild: v1.MacOSBuild(o.macOSBuild), HardwareModel: "sim"}
+		if p.Chip == "" {
+			p.Chip = "sim"
+		}
+		if p.MacOSBuild == "" {
+			return p, errors.New("--macos-build is required with --backend sim: the node reports it, and identities match it exactly")
+		}
+		return p, nil
+	case "ane":
+		if runtime.GOOS != "darwin" || runtime.GOARCH != "arm64" {
+			return v1.Platform{}, fmt.Errorf("--backend ane requires macOS on Apple silicon, not %s/%s; the sim backend must be asked for with --backend sim", runtime.GOOS, runtime.GOARCH)
+		}
+		if o.macOSBuild != "" || o.chip != "" {
+			return v1.Platform{}, errors.New("--macos-build and --chip are for the sim backend; the ane backend reports the machine's own")
+		}
+		build, err := exec.Command("sysctl", "-n", "kern.osversion").Output()
+		if err != nil {
+			return v1.Platform{}, fmt.Errorf("reading the macOS build: %w", err)
+		}
+		chip, err := exec.Command("sysctl", "-n", "machdep.cpu.brand_string").Output()
+		if err != nil {
+			return v1.Platform{}, fmt.Errorf("reading the chip: %w", err)
+		}
+		model, _ := exec.Command("sysctl", "-n", "hw.model").Output()
+		return v1.Platform{Chip: strings.TrimSpace(string(chip)), MacOSBuild: v1.MacOSBuild(strings.TrimSpace(string(build))),
+			HardwareModel: strings.TrimSpace(string(model))}, nil
+	}
+	return v1.Platform{}, fmt.Errorf("--backend must be ane or sim, got %q", o.backend)
+}
+
+// fileDigest is the SHA-256 of a file, as identities pin the worker binary.
+func fileDigest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func firstIPv4() (string, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return "", err
+	}
+	for _, a := range addrs {
+		if ip, ok := a.(*net.IPNet); ok && !ip.IP.IsLoopback() && ip.IP.To4() != nil {
+			return ip.IP.String(), nil
+		}
+	}
+	return "", errors.New("no non-loopback IPv4 address; pass --advertise-address")
+}
