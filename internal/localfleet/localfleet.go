@@ -31,6 +31,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -73,8 +74,9 @@ type Options struct {
 	Macs []Mac
 	// SimScale scales the simulated compile and load times.
 	SimScale float64
-	// NodeGracePeriod and NodeEvictionTimeout are the controller's (0: its defaults).
-	NodeGracePeriod, NodeEvictionTimeout time.Duration
+	// NodeGracePeriod and NodeEvictionTimeout are the controller's (0: its defaults);
+	// LeaseDuration and StatusInterval are the agents' (0: theirs).
+	NodeGracePeriod, NodeEvictionTimeout, LeaseDuration, StatusInterval time.Duration
 	// Out receives every process's output, each line prefixed with the process's name.
 	Out io.Writer
 }
@@ -116,7 +118,8 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		ErrorIfCRDPathMissing: true,
 		// Certificates in a directory of ours survive an API server restart, and so do the
 		// clients' credentials.
-		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{CertDir: certs}},
+		ControlPlane:            envtest.ControlPlane{APIServer: &envtest.APIServer{CertDir: certs}},
+		ControlPlaneStopTimeout: 2 * time.Minute,
 	}
 	fmt.Fprintln(opts.Out, "starting etcd and kube-apiserver ...")
 	cfg, err := env.Start()
@@ -219,6 +222,12 @@ func (f *Fleet) StartMac(ctx context.Context, m Mac) error {
 	if m.Budget > 0 {
 		args = append(args, "--budget", strconv.Itoa(m.Budget))
 	}
+	if f.opts.LeaseDuration > 0 {
+		args = append(args, "--lease-duration", f.opts.LeaseDuration.String())
+	}
+	if f.opts.StatusInterval > 0 {
+		args = append(args, "--status-interval", f.opts.StatusInterval.String())
+	}
 	p, err := startProcess(m.Name, filepath.Join(f.opts.Bin, "synapse-agent"), args, m.Env, f.opts.Out)
 	if err != nil {
 		return err
@@ -254,6 +263,16 @@ func (f *Fleet) KillMac(name string) {
 	}
 }
 
+// PID is the process id of a Mac's running agent, 0 if it is not running.
+func (f *Fleet) PID(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p := f.agents[name]; p != nil {
+		return p.cmd.Process.Pid
+	}
+	return 0
+}
+
 // URL is the base URL of a Mac's HTTP API.
 func (f *Fleet) URL(name string) string {
 	f.mu.Lock()
@@ -261,10 +280,18 @@ func (f *Fleet) URL(name string) string {
 	return "http://" + net.JoinHostPort(f.ip, strconv.Itoa(f.ports[name]))
 }
 
-// RestartAPIServer stops the kube-apiserver and starts it again on the same port with the same
-// certificates; etcd keeps running, so nothing stored is lost.
+// RestartAPIServer kills the kube-apiserver, as a crash would, and starts it again on the same
+// port with the same certificates; etcd keeps running, so nothing stored is lost. down runs
+// while it is away. (A graceful stop would wait a minute for the clients' watches to drain.)
 func (f *Fleet) RestartAPIServer(down func()) error {
 	s := f.env.ControlPlane.GetAPIServer()
+	pid, err := pidWithArg("--cert-dir=" + s.CertDir)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return err
+	}
 	if err := s.Stop(); err != nil {
 		return err
 	}
@@ -272,6 +299,28 @@ func (f *Fleet) RestartAPIServer(down func()) error {
 		down()
 	}
 	return s.Start()
+}
+
+// pidWithArg finds the process one of whose arguments is arg (Linux: /proc).
+func pidWithArg(arg string) (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if slices.Contains(strings.Split(string(cmdline), "\x00"), arg) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no process has the argument %s", arg)
 }
 
 // process is a child process whose exit one goroutine waits for.

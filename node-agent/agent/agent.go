@@ -116,7 +116,8 @@ func New(cfg Config) *Agent {
 		cfg.Budget = supervisor.DefaultBudget
 	}
 	a := &Agent{cfg: cfg, lanes: map[types.NamespacedName]*lane{}, kick: make(chan struct{}, 1), resync: make(chan event.GenericEvent, 1), registry: prometheus.NewRegistry()}
-	a.sup = supervisor.New(supervisor.Config{Clock: cfg.Clock, Spawner: cfg.Host, Log: cfg.Log.WithName("supervisor"), Budget: cfg.Budget, LockPath: cfg.LockPath})
+	a.sup = supervisor.New(supervisor.Config{Clock: cfg.Clock, Spawner: cfg.Host, Log: cfg.Log.WithName("supervisor"), Budget: cfg.Budget, LockPath: cfg.LockPath,
+		OnChange: a.wake})
 	a.serve = serving.New(serving.Supervised(a.sup), cfg.Clock)
 	a.api = httpapi.New(httpapi.Config{Node: cfg.NodeName, Catalog: a, Runner: a.serve, Admin: a, Clock: cfg.Clock, Registry: a.registry})
 	a.registry.MustRegister(newCollector(a))
@@ -195,6 +196,7 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 	defer done()
 	_ = srv.Shutdown(shutdown)
 	a.retireAll(shutdown)
+	a.sayStopped(shutdown)
 	stopSup()
 	<-supDone
 	close(errs)
@@ -211,6 +213,25 @@ func (a *Agent) retireAll(ctx context.Context) {
 		a.serve.RemoveLane(key)
 		if err := a.sup.Retire(ctx, key); err != nil {
 			a.cfg.Log.Error(err, "retiring a lane on the way out", "lane", key)
+		}
+	}
+}
+
+// sayStopped marks every placement not Ready on the way out, so clients stop being sent here
+// before the node's Lease runs out. It is best effort: an unreachable API server is not waited
+// for.
+func (a *Agent) sayStopped(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, key := range a.placementKeys() {
+		a.mu.Lock()
+		l := a.lanes[key]
+		if l != nil && l.state != laneRetiring {
+			l.state = laneStopped
+		}
+		a.mu.Unlock()
+		if _, err := a.writePlacementStatus(ctx, key); err != nil {
+			a.cfg.Log.Info("could not mark a placement stopped", "placement", key.String(), "error", err.Error())
 		}
 	}
 }

@@ -44,6 +44,7 @@ const (
 	laneFailed                     // loading or the self-check failed; retried
 	lanePaused                     // the node is paused: unloaded
 	laneRetiring                   // the placement is going: unloading
+	laneStopped                    // the agent stopped; its next run re-adopts the placement
 )
 
 // lane is one placement's lane on this node.

@@ -82,9 +82,17 @@ func (a *Agent) pausedLocked() bool {
 // heartbeat renews the node's Lease every third of its duration, as a kubelet does.
 func (a *Agent) heartbeat(ctx context.Context) error {
 	every := a.cfg.LeaseDuration / 3
+	failing := false
 	for {
-		if err := a.renew(ctx); err != nil && ctx.Err() == nil {
-			a.cfg.Log.Error(err, "renewing the node Lease; serving continues")
+		err := a.renew(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			// Said once per outage, not on every attempt.
+			a.cfg.Log.Error(err, "cannot renew the node Lease; serving continues and renewal is retried")
+			failing = true
+		case err == nil && failing:
+			a.cfg.Log.Info("the node Lease is renewed again")
+			failing = false
 		}
 		select {
 		case <-ctx.Done():

@@ -168,11 +168,13 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 		set(v1.PlacementConditionWorkerRunning, false, "Paused", "the node is paused; the lane is unloaded")
 	case state == laneRetiring:
 		set(v1.PlacementConditionWorkerRunning, false, "Retiring", "the lane is being unloaded")
+	case state == laneStopped:
+		set(v1.PlacementConditionWorkerRunning, false, "AgentStopped", "the node's agent stopped; it re-adopts the placement when it runs again")
 	default:
 		set(v1.PlacementConditionWorkerRunning, false, "NotRunning", "no worker runs for this lane")
 	}
 	switch state {
-	case laneReady, lanePaused, laneRetiring:
+	case laneReady, lanePaused, laneRetiring, laneStopped:
 		if meta.FindStatusCondition(st.Conditions, v1.PlacementConditionSelfChecked) == nil || state == laneReady {
 			set(v1.PlacementConditionSelfChecked, state == laneReady, "Passed", "the smallest rung answered a known input correctly")
 		}
@@ -195,6 +197,8 @@ func phase(state laneState, snap supervisor.LaneSnapshot, loaded bool) v1.Placem
 		return v1.PhasePaused
 	case laneRetiring:
 		return v1.PhaseRetiring
+	case laneStopped:
+		return v1.PhasePending
 	case laneFailed:
 		return v1.PhaseFailed
 	case laneLoading:
@@ -225,6 +229,8 @@ func phaseMessage(p v1.PlacementPhase, st *v1.LanePlacementStatus) string {
 		return "the node is paused; the lane is unloaded until it resumes"
 	case v1.PhaseRetiring:
 		return "the lane is being unloaded; the placement goes once its worker has exited"
+	case v1.PhasePending:
+		return "the node's agent is not running; the placement is re-adopted when it returns"
 	}
 	return "the lane's worker is starting"
 }

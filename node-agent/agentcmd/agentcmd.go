@@ -31,6 +31,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -51,6 +52,7 @@ type options struct {
 	labels                                              map[string]string
 	simScale                                            float64
 	budget                                              int
+	leaseDuration, statusInterval                       time.Duration
 }
 
 // NewCommand returns the synapse-agent root command.
@@ -87,6 +89,8 @@ explicitly (--backend sim): an agent never switches to it on its own.`,
 	f.StringVar(&o.chip, "chip", "", "sim: the chip the node reports")
 	f.Float64Var(&o.simScale, "sim-scale", 1, "sim: multiplies every simulated compile and load time")
 	f.IntVar(&o.budget, "budget", 0, "the machine's layer executables (default 100)")
+	f.DurationVar(&o.leaseDuration, "lease-duration", 30*time.Second, "the node Lease's duration; it is renewed every third of it")
+	f.DurationVar(&o.statusInterval, "status-interval", time.Second, "the least time between two status writes of one object")
 	gf := flag.NewFlagSet("", flag.ContinueOnError)
 	zapOpts.BindFlags(gf)
 	f.AddGoFlagSet(gf)
@@ -143,7 +147,7 @@ func run(cmd *cobra.Command, o options) error {
 	a := agent.New(agent.Config{
 		NodeName: o.nodeName, Labels: o.labels, Platform: platform,
 		Worker: v1.NodeWorker{SigningIdentifier: o.signingID, BinaryDigest: v1.Sha256Digest(digest), ProtocolVersion: 3, Backend: v1.WorkerBackend(o.backend)},
-		Budget: o.budget, Address: o.advertise, Listen: o.listen, Host: host, LockPath: o.lockPath, Clock: clk, Log: log,
+		Budget: o.budget, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval, Address: o.advertise, Listen: o.listen, Host: host, LockPath: o.lockPath, Clock: clk, Log: log,
 	})
 	return a.Run(ctrl.SetupSignalHandler(), restConfig, scheme)
 }

@@ -131,10 +131,11 @@ func parseInput(raw json.RawMessage, lane Lane) ([][]uint32, error) {
 	if len(items) == 0 {
 		return nil, badRequest("invalid_request", "input", "input is an empty array")
 	}
-	if len(items) > MaxInputs {
+	first := bytes.TrimSpace(items[0])
+	// An array of strings or of arrays is a batch; an array of numbers is one input.
+	if len(items) > MaxInputs && len(first) > 0 && (first[0] == '"' || first[0] == '[') {
 		return nil, badRequest("too_many_inputs", "input", fmt.Sprintf("%d inputs in one call; at most %d", len(items), MaxInputs))
 	}
-	first := bytes.TrimSpace(items[0])
 	switch {
 	case len(first) > 0 && first[0] == '"':
 		out := make([][]uint32, len(items))

@@ -164,6 +164,8 @@ func TestEmbeddingsAcceptEveryInputFormAndSayWhereTheyRan(t *testing.T) {
 		{`["a", "b c"]`, [][]uint32{tokenizer.Sim{}.Encode("a"), tokenizer.Sim{}.Encode("b c")}},
 		{`[5, 6, 7]`, [][]uint32{{5, 6, 7}}},
 		{`[[1, 2], [4294967295]]`, [][]uint32{{1, 2}, {4294967295}}},
+		// One input of more token ids than a call may have inputs.
+		{idArray(MaxInputs + 1), [][]uint32{ids(MaxInputs + 1)}},
 	} {
 		resp, body := post(t, ts.URL+"/v1/embeddings", `{"model": "embed", "input": `+tc.input+`}`)
 		if resp.StatusCode != http.StatusOK {
@@ -184,6 +186,28 @@ func TestEmbeddingsAcceptEveryInputFormAndSayWhereTheyRan(t *testing.T) {
 			h.Get("X-Synapse-Buckets") != "128" || h.Get("X-Synapse-Worker-Generations") != "3" || h.Get("X-Synapse-Routing-Reason") != RoutingReason {
 			t.Fatalf("headers %v", h)
 		}
+	}
+}
+
+func ids(n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(i + 1)
+	}
+	return out
+}
+
+func idArray(n int) string {
+	b, _ := json.Marshal(ids(n))
+	return string(b)
+}
+
+func TestTooManyInputsAreRefusedNotCut(t *testing.T) {
+	ts, _, runner := newTestServer(t)
+	many, _ := json.Marshal(make([]string, MaxInputs+1))
+	resp, body := post(t, ts.URL+"/v1/embeddings", `{"model": "embed", "input": `+string(many)+`}`)
+	if resp.StatusCode != 400 || body["error"].(map[string]any)["code"] != "too_many_inputs" || len(runner.calls) != 0 {
+		t.Fatalf("%d inputs: %d %v", MaxInputs+1, resp.StatusCode, body)
 	}
 }
 

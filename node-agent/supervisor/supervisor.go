@@ -69,6 +69,10 @@ type Config struct {
 	// Trace, if set, receives the timeline events (the stress tool's report). It must be safe
 	// for concurrent use and quick: it runs on the scheduler's and the workers' paths.
 	Trace func(Event)
+	// OnChange, if set, is called after every scheduling pass, whose outcomes may have changed
+	// what Snapshot reports (the agent's status writer wakes on it). It runs under the
+	// supervisor's lock: it must return at once and must not call the supervisor.
+	OnChange func()
 	// LockPath is the machine-wide direct-ANE lane lock, taken on the first load and handed to
 	// every worker the spawner starts (if it implements LockInheritor). Empty takes none (tests
 	// that run no real device).
@@ -90,6 +94,7 @@ type Supervisor struct {
 	lockPath string
 	lock     *lanelock.Lock
 	tracer   func(Event)
+	onChange func()
 
 	mu            sync.Mutex
 	models        map[string]*model
@@ -120,7 +125,7 @@ func New(cfg Config) *Supervisor {
 	}
 	return &Supervisor{
 		clk: cfg.Clock, spawner: cfg.Spawner, log: cfg.Log, budget: cfg.Budget, certify: cfg.CertifyObservation, lockPath: cfg.LockPath,
-		tracer:  cfg.Trace,
+		tracer: cfg.Trace, onChange: cfg.OnChange,
 		models:  map[string]*model{},
 		queue:   compilequeue.New(compilequeue.NewCostModel()),
 		waiting: map[compilequeue.Ticket]*waiter{},
@@ -189,7 +194,11 @@ func (s *Supervisor) pass() (now, next time.Time) {
 	for _, ev := range events {
 		ev(now)
 	}
-	return now, s.schedule(now)
+	next = s.schedule(now)
+	if s.onChange != nil {
+		s.onChange()
+	}
+	return now, next
 }
 
 // stop answers every waiting request engine_crashed and refuses all later ones.

@@ -102,7 +102,20 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 			<-ctx.Done()
 			return ctx.Err()
 		}
-		resp := s.handle(ctx, req)
+		var progressErr error
+		rctx := ctx
+		if a := req.GetAdmit(); a != nil && a.ReportProgress {
+			rctx = withProgress(ctx, func(done, total int) {
+				if progressErr == nil {
+					progressErr = w.Write(&pb.Response{Id: req.Id, Body: &pb.Response_AdmitProgress{AdmitProgress: &pb.AdmitProgress{
+						Rung: a.Rung, LayersDone: uint32(done), LayersTotal: uint32(total)}}})
+				}
+			})
+		}
+		resp := s.handle(rctx, req)
+		if progressErr != nil {
+			return progressErr
+		}
 		resp.Id = req.Id
 		if err := w.Write(resp); err != nil {
 			return err
@@ -194,3 +207,19 @@ func (s *Server) handle(ctx context.Context, req *pb.Request) *pb.Response {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+type progressKey struct{}
+
+// withProgress gives a backend's Admit a sink for its progress (an AdmitProgress frame per
+// call), when the agent asked for it.
+func withProgress(ctx context.Context, f func(done, total int)) context.Context {
+	return context.WithValue(ctx, progressKey{}, f)
+}
+
+// reportProgress tells the agent that done of total layers of the admission are resident; it
+// does nothing if the agent did not ask.
+func reportProgress(ctx context.Context, done, total int) {
+	if f, ok := ctx.Value(progressKey{}).(func(done, total int)); ok {
+		f(done, total)
+	}
+}

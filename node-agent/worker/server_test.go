@@ -120,3 +120,28 @@ func FuzzWorkerServe(f *testing.F) {
 		}
 	})
 }
+
+func TestAnAdmissionReportsEachLayerOnlyWhenAsked(t *testing.T) {
+	s := newServer(io.Discard)
+	resps := converse(t, s,
+		&pb.Request{Id: 1, Body: &pb.Request_Load{Load: &pb.Load{Identity: "gte", Layers: 3, Dimensions: 8, Rungs: []uint32{128, 256}}}},
+		&pb.Request{Id: 2, Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: 128, ReportProgress: true}}},
+		&pb.Request{Id: 3, Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: 256}}},
+	)
+	if len(resps) != 1+3+1+1 {
+		t.Fatalf("%d responses, want loaded, 3 progress frames, admitted, admitted: %v", len(resps), resps)
+	}
+	for i, r := range resps[1:4] {
+		p := r.GetAdmitProgress()
+		if r.Id != 2 || p == nil || p.Rung != 128 || p.LayersDone != uint32(i+1) || p.LayersTotal != 3 {
+			t.Fatalf("frame %d: %v, want progress %d of 3 for request 2", i, r, i+1)
+		}
+	}
+	if resps[4].Id != 2 || resps[4].GetAdmitted() == nil {
+		t.Fatalf("the admission's answer: %v", resps[4])
+	}
+	// An agent that does not ask (an older one) gets only the answer.
+	if resps[5].Id != 3 || resps[5].GetAdmitted() == nil {
+		t.Fatalf("an admission without report_progress: %v", resps[5])
+	}
+}

@@ -110,6 +110,7 @@ func (s *Sim) Admit(ctx context.Context, rung uint32) (Admission, error) {
 		} else {
 			a.Compiled++
 		}
+		reportProgress(ctx, a.Layers, int(s.model.Layers))
 	}
 	a.Took = s.Clock.Since(start)
 	s.resident[rung] = a.Layers

@@ -105,6 +105,8 @@ func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) 
 	cmd := exec.Command(cfg.Binary, args...)
 	// The native compiler needs the normal per-user temporary folder: no TMPDIR override.
 	cmd.Env = slicesWithout(os.Environ(), "TMPDIR=")
+	// Named in its environment, so an operator (or a test) can tell which lane a process serves.
+	cmd.Env = append(cmd.Env, "SYNAPSE_LANE="+spec.Lane, fmt.Sprintf("SYNAPSE_WORKER_GENERATION=%d", gen))
 	if cfg.Env != nil {
 		cmd.Env = append(cmd.Env, cfg.Env(spec.Lane, gen)...)
 	}
@@ -243,8 +245,17 @@ func (p *Process) call(ctx context.Context, timeout time.Duration, req *pb.Reque
 			done <- result{err: err}
 			return
 		}
-		resp := &pb.Response{}
-		done <- result{resp: resp, err: p.r.Read(resp)}
+		for {
+			resp := &pb.Response{}
+			err := p.r.Read(resp)
+			if pr := resp.GetAdmitProgress(); err == nil && pr != nil && resp.Id == req.Id && req.GetAdmit() != nil {
+				// Progress of this admission: report it and read on for its answer.
+				supervisor.ReportProgress(ctx, int(pr.LayersDone))
+				continue
+			}
+			done <- result{resp: resp, err: err}
+			return
+		}
 	}()
 	timer := p.cfg.Clock.NewTimer(timeout)
 	defer timer.Stop()
@@ -276,7 +287,7 @@ func (p *Process) call(ctx context.Context, timeout time.Duration, req *pb.Reque
 
 // Admit implements supervisor.Worker.
 func (p *Process) Admit(ctx context.Context, rung int) (supervisor.Admission, error) {
-	resp, err := p.call(ctx, p.cfg.AdmitTimeout, &pb.Request{Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: uint32(rung)}}})
+	resp, err := p.call(ctx, p.cfg.AdmitTimeout, &pb.Request{Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: uint32(rung), ReportProgress: true}}})
 	if err != nil {
 		return supervisor.Admission{}, err
 	}

@@ -213,6 +213,7 @@ type Response struct {
 	//	*Response_Reply
 	//	*Response_CacheStatus
 	//	*Response_Inventory
+	//	*Response_AdmitProgress
 	//	*Response_Error
 	Body          isResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -326,6 +327,15 @@ func (x *Response) GetInventory() *InventoryReply {
 	return nil
 }
 
+func (x *Response) GetAdmitProgress() *AdmitProgress {
+	if x != nil {
+		if x, ok := x.Body.(*Response_AdmitProgress); ok {
+			return x.AdmitProgress
+		}
+	}
+	return nil
+}
+
 func (x *Response) GetError() *Error {
 	if x != nil {
 		if x, ok := x.Body.(*Response_Error); ok {
@@ -367,6 +377,12 @@ type Response_Inventory struct {
 	Inventory *InventoryReply `protobuf:"bytes,8,opt,name=inventory,proto3,oneof"`
 }
 
+type Response_AdmitProgress struct {
+	// Addition: admit_progress comes zero or more times before an admission's answer, with
+	// its request's id, when the Admit asked for it.
+	AdmitProgress *AdmitProgress `protobuf:"bytes,9,opt,name=admit_progress,json=admitProgress,proto3,oneof"`
+}
+
 type Response_Error struct {
 	// error answers any request the worker refuses: the exchange did not run.
 	Error *Error `protobuf:"bytes,15,opt,name=error,proto3,oneof"`
@@ -385,6 +401,8 @@ func (*Response_Reply) isResponse_Body() {}
 func (*Response_CacheStatus) isResponse_Body() {}
 
 func (*Response_Inventory) isResponse_Body() {}
+
+func (*Response_AdmitProgress) isResponse_Body() {}
 
 func (*Response_Error) isResponse_Body() {}
 
@@ -693,10 +711,13 @@ func (x *CachedShapes) GetRungs() []uint32 {
 
 // Admit compiles or loads every layer of one rung and keeps it resident.
 type Admit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rung          uint32                 `protobuf:"varint,1,opt,name=rung,proto3" json:"rung,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rung  uint32                 `protobuf:"varint,1,opt,name=rung,proto3" json:"rung,omitempty"`
+	// Addition: ask for an admit_progress frame after each layer. An older worker ignores it
+	// and sends none; an older agent never asks.
+	ReportProgress bool `protobuf:"varint,2,opt,name=report_progress,json=reportProgress,proto3" json:"report_progress,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Admit) Reset() {
@@ -736,6 +757,74 @@ func (x *Admit) GetRung() uint32 {
 	return 0
 }
 
+func (x *Admit) GetReportProgress() bool {
+	if x != nil {
+		return x.ReportProgress
+	}
+	return false
+}
+
+// AdmitProgress says how far an admission has come: layers compiled or loaded so far.
+type AdmitProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rung          uint32                 `protobuf:"varint,1,opt,name=rung,proto3" json:"rung,omitempty"`
+	LayersDone    uint32                 `protobuf:"varint,2,opt,name=layers_done,json=layersDone,proto3" json:"layers_done,omitempty"`
+	LayersTotal   uint32                 `protobuf:"varint,3,opt,name=layers_total,json=layersTotal,proto3" json:"layers_total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmitProgress) Reset() {
+	*x = AdmitProgress{}
+	mi := &file_workerv3_worker_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmitProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmitProgress) ProtoMessage() {}
+
+func (x *AdmitProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_workerv3_worker_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmitProgress.ProtoReflect.Descriptor instead.
+func (*AdmitProgress) Descriptor() ([]byte, []int) {
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AdmitProgress) GetRung() uint32 {
+	if x != nil {
+		return x.Rung
+	}
+	return 0
+}
+
+func (x *AdmitProgress) GetLayersDone() uint32 {
+	if x != nil {
+		return x.LayersDone
+	}
+	return 0
+}
+
+func (x *AdmitProgress) GetLayersTotal() uint32 {
+	if x != nil {
+		return x.LayersTotal
+	}
+	return 0
+}
+
 type Admitted struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Rung         uint32                 `protobuf:"varint,1,opt,name=rung,proto3" json:"rung,omitempty"`
@@ -751,7 +840,7 @@ type Admitted struct {
 
 func (x *Admitted) Reset() {
 	*x = Admitted{}
-	mi := &file_workerv3_worker_proto_msgTypes[8]
+	mi := &file_workerv3_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +852,7 @@ func (x *Admitted) String() string {
 func (*Admitted) ProtoMessage() {}
 
 func (x *Admitted) ProtoReflect() protoreflect.Message {
-	mi := &file_workerv3_worker_proto_msgTypes[8]
+	mi := &file_workerv3_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +865,7 @@ func (x *Admitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Admitted.ProtoReflect.Descriptor instead.
 func (*Admitted) Descriptor() ([]byte, []int) {
-	return file_workerv3_worker_proto_rawDescGZIP(), []int{8}
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Admitted) GetRung() uint32 {
@@ -823,7 +912,7 @@ type Evict struct {
 
 func (x *Evict) Reset() {
 	*x = Evict{}
-	mi := &file_workerv3_worker_proto_msgTypes[9]
+	mi := &file_workerv3_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +924,7 @@ func (x *Evict) String() string {
 func (*Evict) ProtoMessage() {}
 
 func (x *Evict) ProtoReflect() protoreflect.Message {
-	mi := &file_workerv3_worker_proto_msgTypes[9]
+	mi := &file_workerv3_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +937,7 @@ func (x *Evict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evict.ProtoReflect.Descriptor instead.
 func (*Evict) Descriptor() ([]byte, []int) {
-	return file_workerv3_worker_proto_rawDescGZIP(), []int{9}
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Evict) GetRung() uint32 {
@@ -867,7 +956,7 @@ type Released struct {
 
 func (x *Released) Reset() {
 	*x = Released{}
-	mi := &file_workerv3_worker_proto_msgTypes[10]
+	mi := &file_workerv3_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +968,7 @@ func (x *Released) String() string {
 func (*Released) ProtoMessage() {}
 
 func (x *Released) ProtoReflect() protoreflect.Message {
-	mi := &file_workerv3_worker_proto_msgTypes[10]
+	mi := &file_workerv3_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +981,7 @@ func (x *Released) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Released.ProtoReflect.Descriptor instead.
 func (*Released) Descriptor() ([]byte, []int) {
-	return file_workerv3_worker_proto_rawDescGZIP(), []int{10}
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Released) GetRung() uint32 {
@@ -916,7 +1005,7 @@ type Execute struct {
 
 func (x *Execute) Reset() {
 	*x = Execute{}
-	mi := &file_workerv3_worker_proto_msgTypes[11]
+	mi := &file_workerv3_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1017,7 @@ func (x *Execute) String() string {
 func (*Execute) ProtoMessage() {}
 
 func (x *Execute) ProtoReflect() protoreflect.Message {
-	mi := &file_workerv3_worker_proto_msgTypes[11]
+	mi := &file_workerv3_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1030,7 @@ func (x *Execute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Execute.ProtoReflect.Descriptor instead.
 func (*Execute) Descriptor() ([]byte, []int) {
-	return file_workerv3_worker_proto_rawDescGZIP(), []int{11}
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Execute) GetRung() uint32 {
@@ -974,7 +1063,7 @@ type Sequence struct {
 
 func (x *Sequence) Reset() {
 	*x = Sequence{}
-	mi := &file_workerv3_worker_proto_msgTypes[12]
+	mi := &file_workerv3_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1075,7 @@ func (x *Sequence) String() string {
 func (*Sequence) ProtoMessage() {}
 
 func (x *Sequence) ProtoReflect() protoreflect.Message {
-	mi := &file_workerv3_worker_proto_msgTypes[12]
+	mi := &file_workerv3_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1088,7 @@ func (x *Sequence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sequence.ProtoReflect.Descriptor instead.
 func (*Sequence) Descriptor() ([]byte, []int) {
-	return file_workerv3_worker_proto_rawDescGZIP(), []int{12}
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Sequence) GetTokenIds() []uint32 {
@@ -1019,7 +1108,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_workerv3_worker_proto_msgTypes[13]
+	mi := &file_workerv3_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1120,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_workerv3_worker_proto_msgTypes[13]
+	mi := &file_workerv3_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1133,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_workerv3_worker_proto_rawDescGZIP(), []int{13}
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Reply) GetVectors() []*Vector {
@@ -1070,7 +1159,7 @@ type Vector struct {
 
 func (x *Vector) Reset() {
 	*x = Vector{}
-	mi := &file_workerv3_worker_proto_msgTypes[14]
+	mi := &file_workerv3_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1171,7 @@ func (x *Vector) String() string {
 func (*Vector) ProtoMessage() {}
 
 func (x *Vector) ProtoReflect() protoreflect.Message {
-	mi := &file_workerv3_worker_proto_msgTypes[14]
+	mi := &file_workerv3_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1184,7 @@ func (x *Vector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Vector.ProtoReflect.Descriptor instead.
 func (*Vector) Descriptor() ([]byte, []int) {
-	return file_workerv3_worker_proto_rawDescGZIP(), []int{14}
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Vector) GetValues() []float32 {
@@ -1115,7 +1204,7 @@ type CacheCheck struct {
 
 func (x *CacheCheck) Reset() {
 	*x = CacheCheck{}
-	mi := &file_workerv3_worker_proto_msgTypes[15]
+	mi := &file_workerv3_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1216,7 @@ func (x *CacheCheck) String() string {
 func (*CacheCheck) ProtoMessage() {}
 
 func (x *CacheCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_workerv3_worker_proto_msgTypes[15]
+	mi := &file_workerv3_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1229,7 @@ func (x *CacheCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheCheck.ProtoReflect.Descriptor instead.
 func (*CacheCheck) Descriptor() ([]byte, []int) {
-	return file_workerv3_worker_proto_rawDescGZIP(), []int{15}
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CacheCheck) GetRungs() []uint32 {
@@ -1161,7 +1250,7 @@ type CacheStatus struct {
 
 func (x *CacheStatus) Reset() {
 	*x = CacheStatus{}
-	mi := &file_workerv3_worker_proto_msgTypes[16]
+	mi := &file_workerv3_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1262,7 @@ func (x *CacheStatus) String() string {
 func (*CacheStatus) ProtoMessage() {}
 
 func (x *CacheStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_workerv3_worker_proto_msgTypes[16]
+	mi := &file_workerv3_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1275,7 @@ func (x *CacheStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheStatus.ProtoReflect.Descriptor instead.
 func (*CacheStatus) Descriptor() ([]byte, []int) {
-	return file_workerv3_worker_proto_rawDescGZIP(), []int{16}
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CacheStatus) GetCached() []uint32 {
@@ -1219,7 +1308,7 @@ type Inventory struct {
 
 func (x *Inventory) Reset() {
 	*x = Inventory{}
-	mi := &file_workerv3_worker_proto_msgTypes[17]
+	mi := &file_workerv3_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1320,7 @@ func (x *Inventory) String() string {
 func (*Inventory) ProtoMessage() {}
 
 func (x *Inventory) ProtoReflect() protoreflect.Message {
-	mi := &file_workerv3_worker_proto_msgTypes[17]
+	mi := &file_workerv3_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1333,7 @@ func (x *Inventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inventory.ProtoReflect.Descriptor instead.
 func (*Inventory) Descriptor() ([]byte, []int) {
-	return file_workerv3_worker_proto_rawDescGZIP(), []int{17}
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{18}
 }
 
 type InventoryReply struct {
@@ -1256,7 +1345,7 @@ type InventoryReply struct {
 
 func (x *InventoryReply) Reset() {
 	*x = InventoryReply{}
-	mi := &file_workerv3_worker_proto_msgTypes[18]
+	mi := &file_workerv3_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1357,7 @@ func (x *InventoryReply) String() string {
 func (*InventoryReply) ProtoMessage() {}
 
 func (x *InventoryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_workerv3_worker_proto_msgTypes[18]
+	mi := &file_workerv3_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1370,7 @@ func (x *InventoryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryReply.ProtoReflect.Descriptor instead.
 func (*InventoryReply) Descriptor() ([]byte, []int) {
-	return file_workerv3_worker_proto_rawDescGZIP(), []int{18}
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InventoryReply) GetResident() []uint32 {
@@ -1302,7 +1391,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_workerv3_worker_proto_msgTypes[19]
+	mi := &file_workerv3_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1403,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_workerv3_worker_proto_msgTypes[19]
+	mi := &file_workerv3_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1416,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_workerv3_worker_proto_rawDescGZIP(), []int{19}
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Error) GetCode() string {
@@ -1359,7 +1448,7 @@ const file_workerv3_worker_proto_rawDesc = "" +
 	"\vcache_check\x18\a \x01(\v2\x1d.synapse.worker.v3.CacheCheckH\x00R\n" +
 	"cacheCheck\x12<\n" +
 	"\tinventory\x18\b \x01(\v2\x1c.synapse.worker.v3.InventoryH\x00R\tinventoryB\x06\n" +
-	"\x04body\"\xf0\x03\n" +
+	"\x04body\"\xbb\x04\n" +
 	"\bResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
 	"\x05hello\x18\x02 \x01(\v2\x1d.synapse.worker.v3.HelloReplyH\x00R\x05hello\x123\n" +
@@ -1368,7 +1457,8 @@ const file_workerv3_worker_proto_rawDesc = "" +
 	"\breleased\x18\x05 \x01(\v2\x1b.synapse.worker.v3.ReleasedH\x00R\breleased\x120\n" +
 	"\x05reply\x18\x06 \x01(\v2\x18.synapse.worker.v3.ReplyH\x00R\x05reply\x12C\n" +
 	"\fcache_status\x18\a \x01(\v2\x1e.synapse.worker.v3.CacheStatusH\x00R\vcacheStatus\x12A\n" +
-	"\tinventory\x18\b \x01(\v2!.synapse.worker.v3.InventoryReplyH\x00R\tinventory\x120\n" +
+	"\tinventory\x18\b \x01(\v2!.synapse.worker.v3.InventoryReplyH\x00R\tinventory\x12I\n" +
+	"\x0eadmit_progress\x18\t \x01(\v2 .synapse.worker.v3.AdmitProgressH\x00R\radmitProgress\x120\n" +
 	"\x05error\x18\x0f \x01(\v2\x18.synapse.worker.v3.ErrorH\x00R\x05errorB\x06\n" +
 	"\x04body\"2\n" +
 	"\x05Hello\x12)\n" +
@@ -1395,9 +1485,15 @@ const file_workerv3_worker_proto_rawDesc = "" +
 	"\x11ane_cached_shapes\x18\x01 \x01(\v2\x1f.synapse.worker.v3.CachedShapesH\x00R\x0faneCachedShapes\x88\x01\x01B\x14\n" +
 	"\x12_ane_cached_shapes\"$\n" +
 	"\fCachedShapes\x12\x14\n" +
-	"\x05rungs\x18\x01 \x03(\rR\x05rungs\"\x1b\n" +
+	"\x05rungs\x18\x01 \x03(\rR\x05rungs\"D\n" +
 	"\x05Admit\x12\x12\n" +
-	"\x04rung\x18\x01 \x01(\rR\x04rung\"\xe4\x01\n" +
+	"\x04rung\x18\x01 \x01(\rR\x04rung\x12'\n" +
+	"\x0freport_progress\x18\x02 \x01(\bR\x0ereportProgress\"g\n" +
+	"\rAdmitProgress\x12\x12\n" +
+	"\x04rung\x18\x01 \x01(\rR\x04rung\x12\x1f\n" +
+	"\vlayers_done\x18\x02 \x01(\rR\n" +
+	"layersDone\x12!\n" +
+	"\flayers_total\x18\x03 \x01(\rR\vlayersTotal\"\xe4\x01\n" +
 	"\bAdmitted\x12\x12\n" +
 	"\x04rung\x18\x01 \x01(\rR\x04rung\x12#\n" +
 	"\rlayers_loaded\x18\x02 \x01(\rR\flayersLoaded\x12\x19\n" +
@@ -1447,7 +1543,7 @@ func file_workerv3_worker_proto_rawDescGZIP() []byte {
 	return file_workerv3_worker_proto_rawDescData
 }
 
-var file_workerv3_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_workerv3_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_workerv3_worker_proto_goTypes = []any{
 	(*Request)(nil),        // 0: synapse.worker.v3.Request
 	(*Response)(nil),       // 1: synapse.worker.v3.Response
@@ -1457,43 +1553,45 @@ var file_workerv3_worker_proto_goTypes = []any{
 	(*Loaded)(nil),         // 5: synapse.worker.v3.Loaded
 	(*CachedShapes)(nil),   // 6: synapse.worker.v3.CachedShapes
 	(*Admit)(nil),          // 7: synapse.worker.v3.Admit
-	(*Admitted)(nil),       // 8: synapse.worker.v3.Admitted
-	(*Evict)(nil),          // 9: synapse.worker.v3.Evict
-	(*Released)(nil),       // 10: synapse.worker.v3.Released
-	(*Execute)(nil),        // 11: synapse.worker.v3.Execute
-	(*Sequence)(nil),       // 12: synapse.worker.v3.Sequence
-	(*Reply)(nil),          // 13: synapse.worker.v3.Reply
-	(*Vector)(nil),         // 14: synapse.worker.v3.Vector
-	(*CacheCheck)(nil),     // 15: synapse.worker.v3.CacheCheck
-	(*CacheStatus)(nil),    // 16: synapse.worker.v3.CacheStatus
-	(*Inventory)(nil),      // 17: synapse.worker.v3.Inventory
-	(*InventoryReply)(nil), // 18: synapse.worker.v3.InventoryReply
-	(*Error)(nil),          // 19: synapse.worker.v3.Error
+	(*AdmitProgress)(nil),  // 8: synapse.worker.v3.AdmitProgress
+	(*Admitted)(nil),       // 9: synapse.worker.v3.Admitted
+	(*Evict)(nil),          // 10: synapse.worker.v3.Evict
+	(*Released)(nil),       // 11: synapse.worker.v3.Released
+	(*Execute)(nil),        // 12: synapse.worker.v3.Execute
+	(*Sequence)(nil),       // 13: synapse.worker.v3.Sequence
+	(*Reply)(nil),          // 14: synapse.worker.v3.Reply
+	(*Vector)(nil),         // 15: synapse.worker.v3.Vector
+	(*CacheCheck)(nil),     // 16: synapse.worker.v3.CacheCheck
+	(*CacheStatus)(nil),    // 17: synapse.worker.v3.CacheStatus
+	(*Inventory)(nil),      // 18: synapse.worker.v3.Inventory
+	(*InventoryReply)(nil), // 19: synapse.worker.v3.InventoryReply
+	(*Error)(nil),          // 20: synapse.worker.v3.Error
 }
 var file_workerv3_worker_proto_depIdxs = []int32{
 	2,  // 0: synapse.worker.v3.Request.hello:type_name -> synapse.worker.v3.Hello
 	4,  // 1: synapse.worker.v3.Request.load:type_name -> synapse.worker.v3.Load
 	7,  // 2: synapse.worker.v3.Request.admit:type_name -> synapse.worker.v3.Admit
-	9,  // 3: synapse.worker.v3.Request.evict:type_name -> synapse.worker.v3.Evict
-	11, // 4: synapse.worker.v3.Request.execute:type_name -> synapse.worker.v3.Execute
-	15, // 5: synapse.worker.v3.Request.cache_check:type_name -> synapse.worker.v3.CacheCheck
-	17, // 6: synapse.worker.v3.Request.inventory:type_name -> synapse.worker.v3.Inventory
+	10, // 3: synapse.worker.v3.Request.evict:type_name -> synapse.worker.v3.Evict
+	12, // 4: synapse.worker.v3.Request.execute:type_name -> synapse.worker.v3.Execute
+	16, // 5: synapse.worker.v3.Request.cache_check:type_name -> synapse.worker.v3.CacheCheck
+	18, // 6: synapse.worker.v3.Request.inventory:type_name -> synapse.worker.v3.Inventory
 	3,  // 7: synapse.worker.v3.Response.hello:type_name -> synapse.worker.v3.HelloReply
 	5,  // 8: synapse.worker.v3.Response.loaded:type_name -> synapse.worker.v3.Loaded
-	8,  // 9: synapse.worker.v3.Response.admitted:type_name -> synapse.worker.v3.Admitted
-	10, // 10: synapse.worker.v3.Response.released:type_name -> synapse.worker.v3.Released
-	13, // 11: synapse.worker.v3.Response.reply:type_name -> synapse.worker.v3.Reply
-	16, // 12: synapse.worker.v3.Response.cache_status:type_name -> synapse.worker.v3.CacheStatus
-	18, // 13: synapse.worker.v3.Response.inventory:type_name -> synapse.worker.v3.InventoryReply
-	19, // 14: synapse.worker.v3.Response.error:type_name -> synapse.worker.v3.Error
-	6,  // 15: synapse.worker.v3.Loaded.ane_cached_shapes:type_name -> synapse.worker.v3.CachedShapes
-	12, // 16: synapse.worker.v3.Execute.sequences:type_name -> synapse.worker.v3.Sequence
-	14, // 17: synapse.worker.v3.Reply.vectors:type_name -> synapse.worker.v3.Vector
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	9,  // 9: synapse.worker.v3.Response.admitted:type_name -> synapse.worker.v3.Admitted
+	11, // 10: synapse.worker.v3.Response.released:type_name -> synapse.worker.v3.Released
+	14, // 11: synapse.worker.v3.Response.reply:type_name -> synapse.worker.v3.Reply
+	17, // 12: synapse.worker.v3.Response.cache_status:type_name -> synapse.worker.v3.CacheStatus
+	19, // 13: synapse.worker.v3.Response.inventory:type_name -> synapse.worker.v3.InventoryReply
+	8,  // 14: synapse.worker.v3.Response.admit_progress:type_name -> synapse.worker.v3.AdmitProgress
+	20, // 15: synapse.worker.v3.Response.error:type_name -> synapse.worker.v3.Error
+	6,  // 16: synapse.worker.v3.Loaded.ane_cached_shapes:type_name -> synapse.worker.v3.CachedShapes
+	13, // 17: synapse.worker.v3.Execute.sequences:type_name -> synapse.worker.v3.Sequence
+	15, // 18: synapse.worker.v3.Reply.vectors:type_name -> synapse.worker.v3.Vector
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_workerv3_worker_proto_init() }
@@ -1518,17 +1616,18 @@ func file_workerv3_worker_proto_init() {
 		(*Response_Reply)(nil),
 		(*Response_CacheStatus)(nil),
 		(*Response_Inventory)(nil),
+		(*Response_AdmitProgress)(nil),
 		(*Response_Error)(nil),
 	}
 	file_workerv3_worker_proto_msgTypes[5].OneofWrappers = []any{}
-	file_workerv3_worker_proto_msgTypes[8].OneofWrappers = []any{}
+	file_workerv3_worker_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_workerv3_worker_proto_rawDesc), len(file_workerv3_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,253 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package bench measures a whole agent over HTTP: one simulated Mac with a zero-cost sim model,
+// driven through its real API, beside a bare Go handler doing the same JSON work in the same
+// run. Run with make bench (it needs the control-plane binaries, as the envtest suites do).
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/internal/localfleet"
+	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
+	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
+	"github.com/ck-synapse/synapse-fleet/test/testenv"
+)
+
+const dims = 768
+
+// startFleet runs one simulated Mac whose compiles and loads take (almost) no time, with
+// lanes lanes of a one-layer model, and waits until they are Ready.
+func startFleet(b *testing.B, lanes int) (*localfleet.Fleet, []string) {
+	b.Helper()
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		b.Skip("KUBEBUILDER_ASSETS is not set; run make bench")
+	}
+	bin := b.TempDir()
+	if err := localfleet.Build(bin); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	f, err := localfleet.Start(ctx, localfleet.Options{Assets: assets, CRDs: testenv.CRDDir(), Bin: bin, Dir: b.TempDir(),
+		SimScale: 1e-6, Out: io.Discard, Macs: []localfleet.Mac{{Name: "mac-bench", MacOSBuild: "25B78"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = f.Stop() })
+	d := f.WorkerDigest
+	if err := f.Client.Create(ctx, &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: v1.CertifiedIdentitySpec{
+		Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: d, ProtocolVersion: 3},
+		Model:            v1.ModelIdentity{Name: "bench", Revision: "1", CheckpointDigest: d, Layers: 1, HiddenSize: dims, EmbeddingDimensions: dims},
+		ConversionPolicy: v1.ConversionPolicy{Name: "p", Digest: d}, MacOSBuild: "25B78", VectorSpaceID: "bench"}}); err != nil {
+		b.Fatal(err)
+	}
+	var names []string
+	for i := range lanes {
+		name := fmt.Sprintf("bench-%d", i)
+		names = append(names, "default/"+name)
+		if err := f.Client.Create(ctx, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: v1.CatalogLaneSpec{Model: "bench", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "bench"},
+				Rungs: []v1.Rung{128}, Replicas: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	gomega.NewWithT(b).Eventually(func(g gomega.Gomega) {
+		var ps v1.LanePlacementList
+		g.Expect(f.Client.List(ctx, &ps, client.InNamespace("default"))).To(gomega.Succeed())
+		g.Expect(ps.Items).To(gomega.HaveLen(lanes))
+		for _, p := range ps.Items {
+			g.Expect(p.Status.Phase).To(gomega.Equal(v1.PhaseReady))
+		}
+	}).WithTimeout(2 * time.Minute).WithPolling(100 * time.Millisecond).Should(gomega.Succeed())
+	return f, names
+}
+
+// bareHandler does the agent's JSON work in process: decode, tokenise, embed, encode.
+func bareHandler(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Model string   `json:"model"`
+		Input []string `json:"input"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), 400)
+		return
+	}
+	type emb struct {
+		Object    string    `json:"object"`
+		Index     int       `json:"index"`
+		Embedding []float32 `json:"embedding"`
+	}
+	out := struct {
+		Object string `json:"object"`
+		Data   []emb  `json:"data"`
+		Model  string `json:"model"`
+	}{Object: "list", Model: req.Model}
+	for i, in := range req.Input {
+		out.Data = append(out.Data, emb{Object: "embedding", Index: i, Embedding: worker.Embed(req.Model, dims, tokenizer.Sim{}.Encode(in))})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func body(model string, inputs int) []byte {
+	in := make([]string, inputs)
+	for i := range in {
+		in[i] = fmt.Sprintf("input %d: a short passage of about a dozen words to embed here", i)
+	}
+	data, _ := json.Marshal(map[string]any{"model": model, "input": in})
+	return data
+}
+
+// drive sends b.N requests from conc goroutines and reports requests/s, p50 and p99.
+func drive(b *testing.B, url string, payload []byte, conc int) (p50 time.Duration) {
+	b.Helper()
+	tr := &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	lat := make([]time.Duration, b.N)
+	var next int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var failed error
+	b.ResetTimer()
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= b.N {
+					return
+				}
+				t0 := time.Now()
+				resp, err := c.Post(url, "application/json", bytes.NewReader(payload))
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if err != nil {
+					mu.Lock()
+					failed = err
+					mu.Unlock()
+					return
+				}
+				lat[i] = time.Since(t0)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	slices.Sort(lat)
+	p50, p99 := lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
+	b.ReportMetric(float64(p50.Microseconds()), "p50-µs")
+	b.ReportMetric(float64(p99.Microseconds()), "p99-µs")
+	return p50
+}
+
+// BenchmarkEmbeddingsOverHTTP: the agent and the bare handler side by side, at concurrency 1, 8
+// and 64, for single inputs and 32-input batches.
+func BenchmarkEmbeddingsOverHTTP(b *testing.B) {
+	f, lanes := startFleet(b, 1)
+	bare := httptest.NewServer(http.HandlerFunc(bareHandler))
+	defer bare.Close()
+	for _, inputs := range []int{1, 32} {
+		payload := body(lanes[0], inputs)
+		for _, conc := range []int{1, 8, 64} {
+			name := fmt.Sprintf("inputs=%d/conc=%d", inputs, conc)
+			var agent, baseline time.Duration
+			b.Run(name+"/agent", func(b *testing.B) { agent = drive(b, f.URL("mac-bench")+"/v1/embeddings", payload, conc) })
+			b.Run(name+"/bare", func(b *testing.B) { baseline = drive(b, bare.URL, payload, conc) })
+			if baseline > 0 {
+				b.Logf("%s: agent p50 %s, bare p50 %s, overhead ratio %.2f", name, agent, baseline, float64(agent)/float64(baseline))
+			}
+		}
+	}
+}
+
+// BenchmarkAgentRSSWith10Lanes reports the resident memory of an agent serving 10 Ready lanes,
+// at rest, and of its 10 worker processes.
+func BenchmarkAgentRSSWith10Lanes(b *testing.B) {
+	f, _ := startFleet(b, 10)
+	pid := f.PID("mac-bench")
+	var agent, workers int64
+	n := 0
+	for b.Loop() { // once per iteration: b.Loop runs the fleet's setup only once
+		agent, workers, n = rssKiB(b, pid), 0, 0
+		tasks, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "children"))
+		for _, t := range tasks {
+			data, _ := os.ReadFile(t)
+			for _, field := range strings.Fields(string(data)) {
+				child, _ := strconv.Atoi(field)
+				workers += rssKiB(b, child)
+				n++
+			}
+		}
+	}
+	b.ReportMetric(float64(agent), "agent-RSS-KiB")
+	if n != 10 {
+		b.Fatalf("%d worker processes, want 10", n)
+	}
+	b.ReportMetric(float64(workers)/float64(n), "worker-RSS-KiB")
+}
+
+// rssKiB reads VmRSS from /proc.
+func rssKiB(b *testing.B, pid int) int64 {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+			return n
+		}
+	}
+	b.Fatalf("no VmRSS for %d", pid)
+	return 0
+}
