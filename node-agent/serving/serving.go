@@ -167,8 +167,7 @@ func (s *Server) Run(ctx context.Context, lane, task string, sequences [][]uint3
 	s.mu.Unlock()
 
 	done := make(chan taskResult, 1)
-	// The task keeps the caller's values (its request id) but not its cancellation.
-	go s.task(context.WithoutCancel(ctx), l, groups, len(sequences), deadline, ctx.Done(), done)
+	go s.task(ctx, l, groups, len(sequences), deadline, done)
 	select {
 	case r := <-done:
 		return r.res, r.err
@@ -191,7 +190,10 @@ type taskResult struct {
 }
 
 // task is the detached owner of a call's resources: one lease at a time, bucket by bucket.
-func (s *Server) task(base context.Context, l *laneState, groups []group, n int, deadline time.Time, cancelled <-chan struct{}, done chan<- taskResult) {
+func (s *Server) task(caller context.Context, l *laneState, groups []group, n int, deadline time.Time, done chan<- taskResult) {
+	// The task keeps the caller's values (its request id) but not its cancellation; only the
+	// admission waits end when the caller goes away.
+	base, cancelled := context.WithoutCancel(caller), caller.Done()
 	defer func() {
 		<-l.permits
 		s.mu.Lock()
@@ -208,13 +210,8 @@ func (s *Server) task(base context.Context, l *laneState, groups []group, n int,
 	// Admission waits end at the deadline or when the caller goes away.
 	actx, cancel := context.WithCancel(base)
 	defer cancel()
-	go func() {
-		select {
-		case <-cancelled:
-			cancel()
-		case <-actx.Done():
-		}
-	}()
+	stop := context.AfterFunc(caller, cancel)
+	defer stop()
 	for _, g := range groups {
 		if s.expired(deadline) {
 			done <- taskResult{err: refusal.New(refusal.DeadlineExceeded, l.Name, "the deadline passed before bucket %d started", g.rung)}

@@ -36,9 +36,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/internal/localfleet"
@@ -57,6 +59,7 @@ func startFleet(b *testing.B, lanes int) (*localfleet.Fleet, []string) {
 	if assets == "" {
 		b.Skip("KUBEBUILDER_ASSETS is not set; run make bench")
 	}
+	ctrllog.SetLogger(logr.Discard())
 	bin := b.TempDir()
 	if err := localfleet.Build(bin); err != nil {
 		b.Fatal(err)

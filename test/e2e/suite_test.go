@@ -41,6 +41,7 @@ import (
 	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/internal/localfleet"
@@ -73,6 +74,7 @@ var (
 )
 
 var _ = BeforeSuite(func() {
+	ctrllog.SetLogger(GinkgoLogr)
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	Expect(assets).NotTo(BeEmpty(), "run 'make test' so that KUBEBUILDER_ASSETS points at the control-plane binaries")
 	bin := GinkgoT().TempDir()
