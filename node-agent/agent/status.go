@@ -42,25 +42,7 @@ func (a *Agent) writeStatus(ctx context.Context) error {
 	defer ticker.Stop()
 	last := map[string]time.Time{}
 	for {
-		now := a.cfg.Clock.Now()
-		due := func(key string) bool { t, ok := last[key]; return !ok || now.Sub(t) >= a.cfg.StatusInterval }
-		if due("node") {
-			if wrote, err := a.writeNodeStatus(ctx); err != nil {
-				a.cfg.Log.V(1).Info("writing the node status; will retry", "error", err.Error())
-			} else if wrote {
-				last["node"] = now
-			}
-		}
-		for _, key := range a.placementKeys() {
-			if !due(key.String()) {
-				continue
-			}
-			if wrote, err := a.writePlacementStatus(ctx, key); err != nil {
-				a.cfg.Log.V(1).Info("writing a placement status; will retry", "placement", key.String(), "error", err.Error())
-			} else if wrote {
-				last[key.String()] = now
-			}
-		}
+		a.statusPass(ctx, last)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -68,6 +50,34 @@ func (a *Agent) writeStatus(ctx context.Context) error {
 		case <-a.kick:
 		}
 	}
+}
+
+// statusPass writes every object whose status changed and whose last write (in last) is at
+// least StatusInterval ago; it returns how many it wrote.
+func (a *Agent) statusPass(ctx context.Context, last map[string]time.Time) int {
+	now := a.cfg.Clock.Now()
+	due := func(key string) bool { t, ok := last[key]; return !ok || now.Sub(t) >= a.cfg.StatusInterval }
+	n := 0
+	if due("node") {
+		if wrote, err := a.writeNodeStatus(ctx); err != nil {
+			a.cfg.Log.V(1).Info("writing the node status; will retry", "error", err.Error())
+		} else if wrote {
+			last["node"] = now
+			n++
+		}
+	}
+	for _, key := range a.placementKeys() {
+		if !due(key.String()) {
+			continue
+		}
+		if wrote, err := a.writePlacementStatus(ctx, key); err != nil {
+			a.cfg.Log.V(1).Info("writing a placement status; will retry", "placement", key.String(), "error", err.Error())
+		} else if wrote {
+			last[key.String()] = now
+			n++
+		}
+	}
+	return n
 }
 
 func (a *Agent) placementKeys() []types.NamespacedName {

@@ -1,0 +1,232 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	"github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
+)
+
+var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+var testIdentity = &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "tiny"}, Spec: v1.CertifiedIdentitySpec{
+	Model: v1.ModelIdentity{Name: "tiny", Layers: 2, EmbeddingDimensions: 16}}}
+
+func testPlacement(lane string) *v1.LanePlacement {
+	return &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Name: lane + "-mac-1", Namespace: "default", Generation: 1},
+		Spec: v1.LanePlacementSpec{Lane: lane, Node: "mac-1", Identity: "tiny", Task: v1.TaskEmbed, Device: v1.DeviceANE,
+			Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+}
+
+// newTestAgent runs an agent's supervisor over real sim workers, on a fake clock, with a fake
+// API server holding its MacNode and the given placements; writes counts the status patches.
+func newTestAgent(t *testing.T, placements ...*v1.LanePlacement) (*Agent, *clocktesting.FakeClock, *atomic.Int64) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(epoch)
+	scheme := k8sruntime.NewScheme()
+	if err := v1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	objs := []client.Object{&v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: "mac-1"}}}
+	for _, p := range placements {
+		objs = append(objs, p)
+	}
+	var writes atomic.Int64
+	kube := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1.MacNode{}, &v1.LanePlacement{}).
+		WithObjects(objs...).Build(), interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			writes.Add(1)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	// The supervisor, the workers and their simulated device run on real time (the supervisor's
+	// own rules are tested on a fake clock in its package); the status writer's interval runs
+	// on the fake clock.
+	host := workerhost.New(workerhost.Config{Binary: workerBinary, Backend: "sim", StateDir: t.TempDir(), SimScale: 1e-6, Log: logr.Discard()})
+	a := New(Config{NodeName: "mac-1", Clock: clock.RealClock{}, Log: testr.New(t), Host: host, StatusInterval: time.Second,
+		Platform: v1.Platform{MacOSBuild: "25B78"}, Worker: v1.NodeWorker{Backend: v1.BackendSim}, Address: "10.0.0.1"})
+	a.cfg.Clock = clk
+	a.kube = kube
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.sup.Run(ctx) }()
+	t.Cleanup(func() {
+		a.retireAll(context.Background())
+		cancel()
+		<-done
+	})
+	return a, clk, &writes
+}
+
+// loadReady loads p's lane as the reconciler does and waits until its self-check passed.
+func loadReady(t *testing.T, a *Agent, p *v1.LanePlacement) *lane {
+	t.Helper()
+	l := a.entry(p)
+	if _, err := (&reconciler{a: a}).load(context.Background(), l, p, testIdentity); err != nil {
+		t.Fatal(err)
+	}
+	gomega.NewWithT(t).Eventually(func() laneState {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return l.state
+	}).WithTimeout(10 * time.Second).Should(gomega.Equal(laneReady))
+	return l
+}
+
+func TestStatusWritesAreCoalescedAndOnlyWhenSomethingChanged(t *testing.T) {
+	p := testPlacement("gte")
+	a, clk, writes := newTestAgent(t, p)
+	l := loadReady(t, a, p)
+	ctx := context.Background()
+	last := map[string]time.Time{}
+
+	if n := a.statusPass(ctx, last); n != 2 {
+		t.Fatalf("the first pass wrote %d objects, want the node and the placement", n)
+	}
+	got := &v1.LanePlacement{}
+	if err := a.kube.Get(ctx, types.NamespacedName{Namespace: "default", Name: p.Name}, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != v1.PhaseReady || got.Status.WorkerGeneration != 1 || !meta.IsStatusConditionTrue(got.Status.Conditions, v1.ConditionReady) {
+		t.Fatalf("written status %+v", got.Status)
+	}
+
+	// Nothing changed: nothing is written, however often the writer wakes.
+	clk.Step(5 * time.Second)
+	for range 3 {
+		if n := a.statusPass(ctx, last); n != 0 {
+			t.Fatalf("a pass with nothing changed wrote %d objects", n)
+		}
+	}
+
+	// A burst of changes within one interval is one write, of the last state.
+	a.setState(l, lanePaused, nil)
+	if n := a.statusPass(ctx, last); n != 1 {
+		t.Fatalf("the change wrote %d objects", n)
+	}
+	a.setState(l, laneReady, nil)
+	a.setState(l, lanePaused, nil)
+	a.setState(l, laneRetiring, nil)
+	clk.Step(500 * time.Millisecond)
+	if n := a.statusPass(ctx, last); n != 0 {
+		t.Fatalf("a second write within the interval: %d", n)
+	}
+	clk.Step(500 * time.Millisecond)
+	before := writes.Load()
+	if n := a.statusPass(ctx, last); n != 1 || writes.Load() != before+1 {
+		t.Fatalf("after the interval: %d writes", n)
+	}
+	if err := a.kube.Get(ctx, types.NamespacedName{Namespace: "default", Name: p.Name}, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != v1.PhaseRetiring {
+		t.Fatalf("phase %s, want the burst's last state, Retiring", got.Status.Phase)
+	}
+}
+
+func TestPlacementStatusSaysWhyALaneIsNotReady(t *testing.T) {
+	p := testPlacement("gte")
+	a, _, _ := newTestAgent(t, p)
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	cond := func(st *v1.LanePlacementStatus, typ string) metav1.Condition {
+		c := meta.FindStatusCondition(st.Conditions, typ)
+		if c == nil {
+			t.Fatalf("no %s condition in %+v", typ, st.Conditions)
+		}
+		return *c
+	}
+
+	l := a.entry(p)
+	a.fail(l, "IdentityMismatch", "node mac-1 does not run identity tiny")
+	got := p.DeepCopy()
+	a.placementStatus(key, got)
+	if got.Status.Phase != v1.PhaseFailed || cond(&got.Status, v1.PlacementConditionArtifactVerified).Reason != "IdentityMismatch" ||
+		got.Status.LastFault == nil || got.Status.LastFault.Code != "IdentityMismatch" {
+		t.Fatalf("a mismatched identity: %+v", got.Status)
+	}
+	if c := cond(&got.Status, v1.ConditionReady); c.Status != metav1.ConditionFalse || c.Message == "" {
+		t.Fatalf("Ready %+v", c)
+	}
+
+	loadReady(t, a, p)
+	got = p.DeepCopy()
+	a.placementStatus(key, got)
+	if got.Status.Phase != v1.PhaseReady || cond(&got.Status, v1.PlacementConditionWorkerRunning).Status != metav1.ConditionTrue ||
+		cond(&got.Status, v1.PlacementConditionSelfChecked).Status != metav1.ConditionTrue ||
+		cond(&got.Status, v1.PlacementConditionArtifactVerified).Reason != "IdentityMatched" || len(got.Status.ResidentShapes) != 1 {
+		t.Fatalf("a ready lane: %+v", got.Status)
+	}
+
+	a.unload(context.Background(), key, false)
+	a.setState(l, lanePaused, nil)
+	got = p.DeepCopy()
+	a.placementStatus(key, got)
+	if got.Status.Phase != v1.PhasePaused || cond(&got.Status, v1.PlacementConditionWorkerRunning).Reason != "Paused" || got.Status.ResidentShapes != nil {
+		t.Fatalf("a paused lane: %+v", got.Status)
+	}
+}
+
+func TestLookupResolvesLaneNamesAndSaysWhyALaneCannotServe(t *testing.T) {
+	a, _, _ := newTestAgent(t)
+	add := func(ns, lane string, state laneState, loaded bool) {
+		p := testPlacement(lane)
+		p.Namespace = ns
+		l := a.entry(p)
+		l.state, l.loaded = state, loaded
+		l.api.Namespace, l.api.Name = ns, lane
+	}
+	add("team-a", "search", laneReady, true)
+	add("team-b", "search", laneReady, true)
+	add("team-a", "docs", laneReady, true)
+	add("team-a", "paused", lanePaused, false)
+	add("team-a", "going", laneRetiring, true)
+	add("team-a", "starting", laneLoading, false)
+
+	if l, err := a.Lookup("docs"); err != nil || l.Name != "docs" {
+		t.Fatalf("a unique name: %+v, %v", l, err)
+	}
+	if l, err := a.Lookup("team-b/search"); err != nil || l.Namespace != "team-b" {
+		t.Fatalf("namespace/name: %+v, %v", l, err)
+	}
+	for model, want := range map[string]refusal.Code{
+		"search": refusal.InvalidRequest, "team-c/search": refusal.UnknownLane, "nothing": refusal.UnknownLane,
+		"paused": refusal.NodePaused, "going": refusal.LaneRetired, "starting": refusal.EngineCrashed,
+	} {
+		if _, err := a.Lookup(model); refusal.CodeOf(err) != want {
+			t.Errorf("%s: %v, want %s", model, err, want)
+		}
+	}
+}
