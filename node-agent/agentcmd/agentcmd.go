@@ -142,7 +142,7 @@ func run(cmd *cobra.Command, o options) error {
 	utilruntime.Must(v1.AddToScheme(scheme))
 
 	clk := clock.RealClock{}
-	host := workerhost.New(workerhost.Config{Binary: o.workerBinary, Backend: o.backend, SigningIdentifier: o.signingID, StateDir: o.stateDir, SimScale: o.simScale,
+	host := workerhost.New(workerhost.Config{Binary: o.workerBinary, Backend: o.backend, SigningIdentifier: o.signingID, BinaryDigest: digest, StateDir: o.stateDir, SimScale: o.simScale,
 		Log: log.WithName("worker"), Clock: clk})
 	a := agent.New(agent.Config{
 		NodeName: o.nodeName, Labels: o.labels, Platform: platform,

@@ -49,6 +49,10 @@ type Config struct {
 	Backend string
 	// SigningIdentifier is the worker's code-signing identifier (its default if empty).
 	SigningIdentifier string
+	// BinaryDigest, if set, is the digest the node reports for the worker binary: a worker
+	// whose hello reports another (the binary was replaced on disk) is refused, so a node never
+	// runs a binary other than the one its identities were matched against.
+	BinaryDigest string
 	// StateDir holds the sim stand-in's aned cache.
 	StateDir string
 	// SimScale scales the stand-in's times.
@@ -141,8 +145,13 @@ func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) 
 
 	resp, err := p.call(ctx, cfg.CallTimeout, &pb.Request{Body: &pb.Request_Hello{Hello: &pb.Hello{ProtocolVersion: 3}}})
 	if err == nil {
-		if hello := resp.GetHello(); hello == nil || hello.Backend != cfg.Backend {
+		hello := resp.GetHello()
+		switch {
+		case hello == nil || hello.Backend != cfg.Backend:
 			err = fmt.Errorf("the worker answered hello with %v, want backend %s", resp, cfg.Backend)
+		case cfg.BinaryDigest != "" && hello.BinaryDigest != cfg.BinaryDigest:
+			err = fmt.Errorf("the worker binary is %s, not the %s the node reports (was it replaced?); restart the agent so the node reports what it runs",
+				hello.BinaryDigest, cfg.BinaryDigest)
 		}
 	}
 	var loaded *pb.Loaded

@@ -224,3 +224,11 @@ func TestWorkersKeepTheLaneLockHeldAfterTheAgentLetsGo(t *testing.T) {
 	}
 	again.Release()
 }
+
+func TestAWorkerWhoseBinaryIsNotTheOneTheNodeReportsIsRefused(t *testing.T) {
+	h := newHost(t, func(c *Config) { c.BinaryDigest = "sha256:" + strings.Repeat("0", 64) })
+	_, _, err := h.Spawn(context.Background(), spec, 1)
+	if err == nil || !strings.Contains(err.Error(), "not the sha256:000") {
+		t.Fatalf("spawn: %v, want a refusal naming both digests", err)
+	}
+}
