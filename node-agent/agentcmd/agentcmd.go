@@ -96,6 +96,7 @@ explicitly (--backend sim): an agent never switches to it on its own.`,
 	f.AddGoFlagSet(gf)
 	// --kubeconfig is controller-runtime's own flag.
 	f.AddGoFlag(flag.CommandLine.Lookup("kubeconfig"))
+	cmd.AddCommand(newArtifactsCommand())
 	return cmd
 }
 

@@ -1,0 +1,180 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agentcmd
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
+)
+
+// newArtifactsCommand is the artifacts group: build (sim), verify, list.
+func newArtifactsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "artifacts",
+		Short: "Build, verify and list model artifacts",
+		Long: `A model artifact is a directory holding what a worker loads and a manifest.json that says
+exactly what it is: model, revision, checkpoint, conversion policy, rungs, fp16, CPU_AND_NE,
+platform profile, the SHA-256 of every file, the compute plan and the parity gate. Nothing
+unverified loads; a corrupt artifact is moved to .quarantine beside it.`,
+	}
+	cmd.AddCommand(newBuildCommand(), newVerifyCommand(), newListCommand())
+	return cmd
+}
+
+func newBuildCommand() *cobra.Command {
+	var s artifact.SimSpec
+	var rungs []int
+	var policyName, policyDigest string
+	cmd := &cobra.Command{
+		Use:   "build DIR",
+		Short: "Build a sim artifact from a seed (the ane converter comes with the Neural Engine backend)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s.Rungs, s.ConversionPolicy = rungs, artifact.ConversionPolicy{Name: policyName, Digest: policyDigest}
+			m, err := artifact.BuildSim(args[0], s)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "built %s: %s %s, rungs %v, graph %s, parity %s\n", args[0], m.Model, m.Revision, m.Rungs, m.GraphDigest, m.Parity.Status)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&s.Model, "model", "", "the model's name (required)")
+	f.StringVar(&s.Revision, "revision", "", "the model's revision (required)")
+	f.StringVar(&s.CheckpointDigest, "checkpoint-digest", "", "the checkpoint's sha256:<hex> (required)")
+	f.StringVar(&policyName, "conversion-policy", "", "the conversion policy's name (required)")
+	f.StringVar(&policyDigest, "conversion-policy-digest", "", "the conversion policy's sha256:<hex> (required)")
+	f.StringVar(&s.ConverterVersion, "converter-version", "sim-1", "the converter's version")
+	f.StringVar(&s.Platform.ChipFamily, "chip-family", "", "the platform profile's chip family (required)")
+	f.StringVar(&s.Platform.MacOSBuild, "macos-build", "", "the platform profile's macOS build (required)")
+	f.IntSliceVar(&rungs, "rungs", nil, "the rungs, ascending (required)")
+	f.IntVar(&s.Layers, "layers", 0, "the model's layers (required)")
+	f.IntVar(&s.Dimensions, "dimensions", 0, "the output vectors' dimensions (required)")
+	f.StringVar(&s.Seed, "seed", "", "the seed the sim model's outputs follow from (default: model/revision)")
+	for _, name := range []string{"model", "revision", "checkpoint-digest", "conversion-policy", "conversion-policy-digest", "chip-family", "macos-build", "rungs", "layers", "dimensions"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	cmd.PreRun = func(*cobra.Command, []string) {
+		if s.Seed == "" {
+			s.Seed = s.Model + "/" + s.Revision
+		}
+	}
+	return cmd
+}
+
+func newVerifyCommand() *cobra.Command {
+	var w artifact.Want
+	var policyName, policyDigest string
+	cmd := &cobra.Command{
+		Use:   "verify DIR",
+		Short: "Verify an artifact as a load would (a corrupt one is quarantined)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w.ConversionPolicy = artifact.ConversionPolicy{Name: policyName, Digest: policyDigest}
+			v, err := artifact.Verifier{}.Verify(args[0], w)
+			if err != nil {
+				return err
+			}
+			how := "every file hashed, compute plan checked"
+			if v.FromStamp {
+				how = "unchanged since its last verification (stamp)"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: verified: %s %s, rungs %v; %s\n", args[0], v.Manifest.Model, v.Manifest.Revision, v.Manifest.Rungs, how)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&w.Model, "model", "", "the model it must be (required)")
+	f.StringVar(&w.Revision, "revision", "", "the revision it must be (required)")
+	f.StringVar(&w.CheckpointDigest, "checkpoint-digest", "", "the checkpoint it must come from (required)")
+	f.StringVar(&policyName, "conversion-policy", "", "the conversion policy it must come from (required)")
+	f.StringVar(&policyDigest, "conversion-policy-digest", "", "that policy's digest (required)")
+	f.StringVar(&w.ConverterVersion, "converter-version", "sim-1", "this machine's converter version")
+	f.StringVar(&w.Backend, "backend", "", "the backend it must be for: ane or sim (required)")
+	f.StringVar(&w.Platform.ChipFamily, "chip-family", "", "this machine's chip family (required)")
+	f.StringVar(&w.Platform.MacOSBuild, "macos-build", "", "this machine's macOS build (required)")
+	f.IntSliceVar(&w.Rungs, "rungs", nil, "rungs it must hold")
+	for _, name := range []string{"model", "revision", "checkpoint-digest", "conversion-policy", "conversion-policy-digest", "backend", "chip-family", "macos-build"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}
+
+func newListCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list ROOT",
+		Short: "List the artifacts under ROOT: published, pending imports and quarantined ones",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			entries, err := os.ReadDir(args[0])
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ARTIFACT\tSTATE\tMODEL\tREVISION\tBACKEND\tRUNGS\tMACOS")
+			for _, e := range entries {
+				if !e.IsDir() {
+					continue
+				}
+				dir := filepath.Join(args[0], e.Name())
+				if e.Name() == artifact.QuarantineDir {
+					qs, _ := os.ReadDir(dir)
+					for _, q := range qs {
+						fmt.Fprintf(tw, "%s\tquarantined\t\t\t\t\t\n", filepath.Join(e.Name(), q.Name()))
+					}
+					continue
+				}
+				state, m := describe(dir)
+				if m == nil {
+					fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\n", e.Name(), state)
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\t%s\n", e.Name(), state, m.Model, m.Revision, m.Backend,
+					strings.Trim(fmt.Sprint(m.Rungs), "[]"), m.Platform.MacOSBuild)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// describe reads an artifact's manifest without verifying it (list is not a load).
+func describe(dir string) (string, *artifact.Manifest) {
+	data, err := os.ReadFile(filepath.Join(dir, artifact.ManifestFile))
+	if errors.Is(err, os.ErrNotExist) {
+		if _, perr := os.Stat(filepath.Join(dir, artifact.PendingManifestFile)); perr == nil {
+			return "pending", nil
+		}
+		return "no-manifest", nil
+	}
+	if err != nil {
+		return "unreadable", nil
+	}
+	m, err := artifact.Parse(data)
+	if err != nil {
+		return "invalid", nil
+	}
+	return "published", m
+}

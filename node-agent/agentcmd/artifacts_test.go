@@ -1,0 +1,68 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agentcmd
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := NewCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func TestArtifactsBuildVerifyAndList(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "gte")
+	d := "sha256:" + strings.Repeat("ab", 32)
+	common := []string{"--model", "gte", "--revision", "r1", "--checkpoint-digest", d, "--conversion-policy", "ane-fp16-v1",
+		"--conversion-policy-digest", d, "--chip-family", "M4", "--macos-build", "25B78"}
+	if out, err := runCmd(t, append([]string{"artifacts", "build", dir, "--rungs", "128,256", "--layers", "2", "--dimensions", "8"}, common...)...); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	out, err := runCmd(t, append([]string{"artifacts", "verify", dir, "--backend", "sim", "--rungs", "256"}, common...)...)
+	if err != nil || !strings.Contains(out, "every file hashed") {
+		t.Fatalf("verify: %v\n%s", err, out)
+	}
+	out, err = runCmd(t, append([]string{"artifacts", "verify", dir, "--backend", "sim"}, common...)...)
+	if err != nil || !strings.Contains(out, "stamp") {
+		t.Fatalf("a second verify: %v\n%s", err, out)
+	}
+	// Asked for a rung it lacks: refused by name, never another rung.
+	_, err = runCmd(t, append([]string{"artifacts", "verify", dir, "--backend", "sim", "--rungs", "512"}, common...)...)
+	if err == nil || !strings.Contains(err.Error(), "ArtifactMissingError") || !strings.Contains(err.Error(), "rung 512") {
+		t.Fatalf("a missing rung: %v", err)
+	}
+	// For the ane backend it is the wrong artifact.
+	_, err = runCmd(t, append([]string{"artifacts", "verify", dir, "--backend", "ane"}, common...)...)
+	if err == nil || !strings.Contains(err.Error(), "ArtifactMismatchError") {
+		t.Fatalf("another backend: %v", err)
+	}
+	out, err = runCmd(t, "artifacts", "list", root)
+	if err != nil || !strings.Contains(out, "gte") || !strings.Contains(out, "published") || !strings.Contains(out, "128 256") {
+		t.Fatalf("list: %v\n%s", err, out)
+	}
+}
