@@ -48,6 +48,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/node-agent/agent"
+	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 )
 
 // Mac is one simulated Mac.
@@ -261,6 +262,44 @@ func (f *Fleet) KillMac(name string) {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+}
+
+// SimRungs are the rungs of every sim artifact the fleet installs: the ladders of the lanes are
+// drawn from them.
+var SimRungs = []int{128, 256, 512, 1024, 2048, 4096, 8192}
+
+// InstallArtifact builds the sim artifact of an identity on every Mac that runs its macOS
+// build, where that Mac's agent looks for it, as an operator installs artifacts on a Mac.
+// Its outputs follow from the identity's name.
+func (f *Fleet) InstallArtifact(id *v1.CertifiedIdentity) error {
+	for _, m := range f.opts.Macs {
+		if m.MacOSBuild != string(id.Spec.MacOSBuild) {
+			continue
+		}
+		dir, err := artifact.Path(f.ArtifactRoot(m.Name), id.Spec.Model.Name, id.Spec.Model.Revision, id.Spec.ConversionPolicy.Name)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(dir); err == nil {
+			continue // installed by another identity of the same model and conversion
+		}
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return err
+		}
+		if _, err := artifact.BuildSim(dir, artifact.SimSpec{Model: id.Spec.Model.Name, Revision: id.Spec.Model.Revision,
+			CheckpointDigest: string(id.Spec.Model.CheckpointDigest),
+			ConversionPolicy: artifact.ConversionPolicy{Name: id.Spec.ConversionPolicy.Name, Digest: string(id.Spec.ConversionPolicy.Digest)},
+			ConverterVersion: artifact.SimConverterVersion, Platform: artifact.Platform{ChipFamily: "M4", MacOSBuild: m.MacOSBuild},
+			Rungs: SimRungs, Layers: int(id.Spec.Model.Layers), Dimensions: int(id.Spec.Model.EmbeddingDimensions), Seed: id.Name}); err != nil {
+			return fmt.Errorf("building the artifact of %s on %s: %w", id.Name, m.Name, err)
+		}
+	}
+	return nil
+}
+
+// ArtifactRoot is where a Mac's agent looks for artifacts.
+func (f *Fleet) ArtifactRoot(mac string) string {
+	return filepath.Join(f.opts.Dir, "macs", mac, "artifacts")
 }
 
 // PID is the process id of a Mac's running agent, 0 if it is not running.

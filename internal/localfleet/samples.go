@@ -24,13 +24,16 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 )
 
 // ApplySamples creates every object of every YAML file in dir (kustomization.yaml aside), in
 // file-name order, which puts identities before the lanes that use them. A CertifiedIdentity
 // approves the worker binary the fleet's Macs run: its binaryDigest is set to that binary's,
-// as a release engineer certifying this build would.
+// as a release engineer certifying this build would, and its artifact is installed on the Macs.
 func (f *Fleet) ApplySamples(ctx context.Context, dir string) error {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
@@ -59,6 +62,15 @@ func (f *Fleet) ApplySamples(ctx context.Context, dir string) error {
 			}
 			if err := f.Client.Create(ctx, obj); err != nil {
 				return fmt.Errorf("%s: %w", file, err)
+			}
+			if obj.GetKind() == "CertifiedIdentity" {
+				id := &v1.CertifiedIdentity{}
+				if err := f.Client.Get(ctx, client.ObjectKey{Name: obj.GetName()}, id); err != nil {
+					return err
+				}
+				if err := f.InstallArtifact(id); err != nil {
+					return err
+				}
 			}
 		}
 	}

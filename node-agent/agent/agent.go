@@ -50,6 +50,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/httpapi"
 	"github.com/ck-synapse/synapse-fleet/node-agent/serving"
 	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
@@ -76,6 +77,9 @@ type Config struct {
 	// Host starts the workers; LockPath is the machine's lane lock.
 	Host     *workerhost.Host
 	LockPath string
+	// ArtifactRoot holds the model artifacts (artifact.Path); nothing loads unless its artifact
+	// there verifies. ChipFamily and ConverterVersion complete this machine's profile.
+	ArtifactRoot, ChipFamily, ConverterVersion string
 	// LeaseDuration is the Lease's stated duration; it is renewed every third of it.
 	LeaseDuration time.Duration
 	// StatusInterval is the least time between two status writes of one object.
@@ -88,6 +92,7 @@ type Config struct {
 type Agent struct {
 	cfg        Config
 	sup        *supervisor.Supervisor
+	verifier   artifact.Verifier
 	serve      *serving.Server
 	api        *httpapi.Server
 	registry   *prometheus.Registry
@@ -115,7 +120,7 @@ func New(cfg Config) *Agent {
 	if cfg.Budget == 0 {
 		cfg.Budget = supervisor.DefaultBudget
 	}
-	a := &Agent{cfg: cfg, lanes: map[types.NamespacedName]*lane{}, kick: make(chan struct{}, 1), resync: make(chan event.GenericEvent, 1), registry: prometheus.NewRegistry()}
+	a := &Agent{cfg: cfg, verifier: artifact.Verifier{Clock: cfg.Clock}, lanes: map[types.NamespacedName]*lane{}, kick: make(chan struct{}, 1), resync: make(chan event.GenericEvent, 1), registry: prometheus.NewRegistry()}
 	a.sup = supervisor.New(supervisor.Config{Clock: cfg.Clock, Spawner: cfg.Host, Log: cfg.Log.WithName("supervisor"), Budget: cfg.Budget, LockPath: cfg.LockPath,
 		OnChange: a.wake})
 	a.serve = serving.New(serving.Supervised(a.sup), cfg.Clock)

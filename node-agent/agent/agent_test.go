@@ -18,6 +18,9 @@ package agent
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,14 +39,37 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
 )
 
 var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-var testIdentity = &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "tiny"}, Spec: v1.CertifiedIdentitySpec{
-	Model: v1.ModelIdentity{Name: "tiny", Layers: 2, EmbeddingDimensions: 16}}}
+var (
+	testDigest   = v1.Sha256Digest("sha256:" + strings.Repeat("ab", 32))
+	testIdentity = &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "tiny"}, Spec: v1.CertifiedIdentitySpec{
+		Model:            v1.ModelIdentity{Name: "tiny", Revision: "r1", CheckpointDigest: testDigest, Layers: 2, EmbeddingDimensions: 16},
+		ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: testDigest}, MacOSBuild: "25B78"}}
+)
+
+// installArtifact builds testIdentity's sim artifact under root.
+func installArtifact(t *testing.T, root string) string {
+	t.Helper()
+	dir, err := artifact.Path(root, "tiny", "r1", "ane-fp16-v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := artifact.BuildSim(dir, artifact.SimSpec{Model: "tiny", Revision: "r1", CheckpointDigest: string(testDigest),
+		ConversionPolicy: artifact.ConversionPolicy{Name: "ane-fp16-v1", Digest: string(testDigest)}, ConverterVersion: artifact.SimConverterVersion,
+		Platform: artifact.Platform{ChipFamily: "M4", MacOSBuild: "25B78"}, Rungs: []int{128, 256}, Layers: 2, Dimensions: 16, Seed: "tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
 
 func testPlacement(lane string) *v1.LanePlacement {
 	return &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Name: lane + "-mac-1", Namespace: "default", Generation: 1},
@@ -76,7 +102,10 @@ func newTestAgent(t *testing.T, placements ...*v1.LanePlacement) (*Agent, *clock
 	// own rules are tested on a fake clock in its package); the status writer's interval runs
 	// on the fake clock.
 	host := workerhost.New(workerhost.Config{Binary: workerBinary, Backend: "sim", StateDir: t.TempDir(), SimScale: 1e-6, Log: logr.Discard()})
+	root := t.TempDir()
+	installArtifact(t, root)
 	a := New(Config{NodeName: "mac-1", Clock: clock.RealClock{}, Log: testr.New(t), Host: host, StatusInterval: time.Second,
+		ArtifactRoot: root, ChipFamily: "M4", ConverterVersion: artifact.SimConverterVersion,
 		Platform: v1.Platform{MacOSBuild: "25B78"}, Worker: v1.NodeWorker{Backend: v1.BackendSim}, Address: "10.0.0.1"})
 	a.cfg.Clock = clk
 	a.kube = kube
@@ -186,7 +215,7 @@ func TestPlacementStatusSaysWhyALaneIsNotReady(t *testing.T) {
 	a.placementStatus(key, got)
 	if got.Status.Phase != v1.PhaseReady || cond(&got.Status, v1.PlacementConditionWorkerRunning).Status != metav1.ConditionTrue ||
 		cond(&got.Status, v1.PlacementConditionSelfChecked).Status != metav1.ConditionTrue ||
-		cond(&got.Status, v1.PlacementConditionArtifactVerified).Reason != "IdentityMatched" || len(got.Status.ResidentShapes) != 1 {
+		cond(&got.Status, v1.PlacementConditionArtifactVerified).Reason != "Verified" || len(got.Status.ResidentShapes) != 1 {
 		t.Fatalf("a ready lane: %+v", got.Status)
 	}
 
@@ -196,6 +225,33 @@ func TestPlacementStatusSaysWhyALaneIsNotReady(t *testing.T) {
 	a.placementStatus(key, got)
 	if got.Status.Phase != v1.PhasePaused || cond(&got.Status, v1.PlacementConditionWorkerRunning).Reason != "Paused" || got.Status.ResidentShapes != nil {
 		t.Fatalf("a paused lane: %+v", got.Status)
+	}
+}
+
+func TestNothingLoadsFromACorruptArtifactAndThePlacementSaysWhy(t *testing.T) {
+	p := testPlacement("gte")
+	a, _, _ := newTestAgent(t, p)
+	dir, _ := artifact.Path(a.cfg.ArtifactRoot, "tiny", "r1", "ane-fp16-v1")
+	params := filepath.Join(dir, "params.json")
+	data, _ := os.ReadFile(params)
+	if err := os.WriteFile(params, append(data, ' '), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := a.entry(p)
+	if _, err := (&reconciler{a: a}).load(context.Background(), l, p, testIdentity); err != nil {
+		t.Fatal(err)
+	}
+	if lanes := a.sup.Lanes(); len(lanes) != 0 {
+		t.Fatalf("lanes %v were loaded from a corrupt artifact", lanes)
+	}
+	got := p.DeepCopy()
+	a.placementStatus(types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, got)
+	c := meta.FindStatusCondition(got.Status.Conditions, v1.PlacementConditionArtifactVerified)
+	if got.Status.Phase != v1.PhaseFailed || c == nil || c.Reason != "ArtifactQuarantined" || !strings.Contains(c.Message, "params.json") {
+		t.Fatalf("status %+v", got.Status)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatal("the corrupt artifact is still in place")
 	}
 }
 

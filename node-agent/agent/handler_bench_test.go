@@ -58,7 +58,7 @@ func BenchmarkServeInProcess(b *testing.B) {
 	spec := v1.LanePlacementSpec{Lane: "bench", Node: "mac-bench", Identity: "bench", Task: v1.TaskEmbed, Device: v1.DeviceANE,
 		Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}
 	key := "default/bench"
-	if err := a.sup.LoadModel(ctx, modelSpec(key, spec, id)); err != nil {
+	if err := a.sup.LoadModel(ctx, modelSpec(key, spec, id, "")); err != nil {
 		b.Fatal(err)
 	}
 	defer func() { _ = a.sup.Retire(context.Background(), key) }()

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/httpapi"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/serving"
@@ -61,8 +62,10 @@ type lane struct {
 	loaded bool
 	// failure says why the lane failed or cannot load, for the status.
 	failure *v1.Fault
-	// verified: the identity matched the node; reason and message say otherwise.
+	// verifyReason and verifyMessage say why the identity or the artifact was refused;
+	// verified says which artifact passed.
 	verifyReason, verifyMessage string
+	verified                    *artifact.Verified
 	// retryAt is when a failed load is tried again.
 	retryAt time.Time
 }
@@ -107,20 +110,20 @@ func (a *Agent) Lookup(model string) (httpapi.Lane, error) {
 	return l.api, nil
 }
 
-// modelSpec is the supervisor's view of a placement.
-func modelSpec(key string, spec v1.LanePlacementSpec, id *v1.CertifiedIdentity) supervisor.ModelSpec {
+// modelSpec is the supervisor's view of a placement whose artifact is in dir.
+func modelSpec(key string, spec v1.LanePlacementSpec, id *v1.CertifiedIdentity, dir string) supervisor.ModelSpec {
 	rungs := make([]int, len(spec.Rungs))
 	for i, r := range spec.Rungs {
 		rungs[i] = int(r)
 	}
 	return supervisor.ModelSpec{Lane: key, Identity: id.Name, Model: id.Spec.Model.Name, Dimensions: int(id.Spec.Model.EmbeddingDimensions),
 		Layers: int(id.Spec.Model.Layers), Rungs: rungs, MaxResidentShapes: int(spec.MaxResidentShapes),
-		AdmissionBound: time.Duration(spec.AdmissionBoundSeconds) * time.Second}
+		AdmissionBound: time.Duration(spec.AdmissionBoundSeconds) * time.Second, ArtifactDir: dir}
 }
 
 // servingLane is serving's view of a placement.
 func servingLane(key string, spec v1.LanePlacementSpec, id *v1.CertifiedIdentity) serving.Lane {
-	ms := modelSpec(key, spec, id)
+	ms := modelSpec(key, spec, id, "")
 	return serving.Lane{Name: key, Task: string(spec.Task), Rungs: ms.Rungs, Ceiling: int(spec.Ceiling), Dimensions: ms.Dimensions}
 }
 
@@ -155,4 +158,46 @@ func (a *Agent) selfCheck(ctx context.Context, l *lane) error {
 		case <-a.cfg.Clock.After(r.RetryAfter):
 		}
 	}
+}
+
+// verifyArtifact verifies the artifact of the placement's identity before anything loads, and
+// returns its directory; a failure is typed, names its check, and a corrupt artifact has been
+// quarantined.
+func (a *Agent) verifyArtifact(spec v1.LanePlacementSpec, id *v1.CertifiedIdentity) (*artifact.Verified, error) {
+	m := id.Spec.Model
+	dir, err := artifact.Path(a.cfg.ArtifactRoot, m.Name, m.Revision, id.Spec.ConversionPolicy.Name)
+	if err != nil {
+		return nil, &artifact.MissingError{Message: err.Error()}
+	}
+	return a.verifier.Verify(dir, artifact.Want{Model: m.Name, Revision: m.Revision, CheckpointDigest: string(m.CheckpointDigest),
+		ConversionPolicy: artifact.ConversionPolicy{Name: id.Spec.ConversionPolicy.Name, Digest: string(id.Spec.ConversionPolicy.Digest)},
+		Backend:          string(a.cfg.Worker.Backend), Platform: artifact.Platform{ChipFamily: a.cfg.ChipFamily, MacOSBuild: string(a.cfg.Platform.MacOSBuild)},
+		ConverterVersion: a.cfg.ConverterVersion, Rungs: rungs(spec.Rungs)})
+}
+
+// artifactReason is the condition reason for an artifact refusal.
+func artifactReason(err error) string {
+	var (
+		ie *artifact.IntegrityError
+		mi *artifact.MissingError
+		mm *artifact.MismatchError
+		cu *artifact.ComputeUnitMismatchError
+		pe *artifact.PrecisionError
+		pa *artifact.ParityError
+	)
+	switch {
+	case errors.As(err, &ie):
+		return "ArtifactQuarantined"
+	case errors.As(err, &mi):
+		return "ArtifactMissing"
+	case errors.As(err, &mm):
+		return "ArtifactMismatch"
+	case errors.As(err, &cu):
+		return "ComputeUnitMismatch"
+	case errors.As(err, &pe):
+		return "PrecisionUnsupported"
+	case errors.As(err, &pa):
+		return "ParityFailed"
+	}
+	return "ArtifactUnverified"
 }

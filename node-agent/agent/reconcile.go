@@ -170,11 +170,23 @@ func (r *reconciler) load(ctx context.Context, l *lane, p *v1.LanePlacement, ide
 	l.api = httpapi.Lane{Namespace: p.Namespace, Name: p.Spec.Lane, Key: key, Task: string(p.Spec.Task), Device: string(p.Spec.Device),
 		Ceiling: int(p.Spec.Ceiling), Dimensions: int(identity.Spec.Model.EmbeddingDimensions), Tokenizer: tokenizer.Sim{},
 		Deadline: time.Duration(p.Spec.RequestDeadlineSeconds) * time.Second}
-	l.failure, l.verifyReason, l.verifyMessage = nil, "", ""
+	l.failure, l.verifyReason, l.verifyMessage, l.verified = nil, "", "", nil
 	a.mu.Unlock()
 	a.setState(l, laneLoading, nil)
 
-	if err := a.sup.LoadModel(ctx, modelSpec(key, p.Spec, identity)); err != nil {
+	verified, err := a.verifyArtifact(p.Spec, identity)
+	if err != nil {
+		a.mu.Lock()
+		l.retryAt = a.cfg.Clock.Now().Add(RetryInterval)
+		a.mu.Unlock()
+		a.fail(l, artifactReason(err), err.Error())
+		a.cfg.Log.Info("the lane's artifact did not verify; nothing loads", "lane", key, "error", err.Error())
+		return reconcile.Result{RequeueAfter: RetryInterval}, nil
+	}
+	a.mu.Lock()
+	l.verified = verified
+	a.mu.Unlock()
+	if err := a.sup.LoadModel(ctx, modelSpec(key, p.Spec, identity, verified.Dir)); err != nil {
 		a.mu.Lock()
 		l.retryAt = a.cfg.Clock.Now().Add(RetryInterval)
 		a.mu.Unlock()

@@ -124,7 +124,7 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 		return false
 	}
 	state, loaded, laneKey, failure := l.state, l.loaded, l.key, l.failure
-	verifyReason, verifyMessage, identity := l.verifyReason, l.verifyMessage, l.identity
+	verifyReason, verifyMessage, verified := l.verifyReason, l.verifyMessage, l.verified
 	a.mu.Unlock()
 
 	now := metav1.NewTime(a.cfg.Clock.Now().Truncate(time.Second))
@@ -166,8 +166,13 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 	switch {
 	case verifyReason != "":
 		set(v1.PlacementConditionArtifactVerified, false, verifyReason, verifyMessage)
-	case identity != nil:
-		set(v1.PlacementConditionArtifactVerified, true, "IdentityMatched", fmt.Sprintf("node %s runs identity %s exactly", a.cfg.NodeName, identity.Name))
+	case verified != nil:
+		how := "every file hashed and the compute plan checked"
+		if verified.FromStamp {
+			how = "unchanged since its last full verification"
+		}
+		set(v1.PlacementConditionArtifactVerified, true, "Verified", fmt.Sprintf("node %s runs the identity exactly; artifact %s verified: %s",
+			a.cfg.NodeName, verified.Dir, how))
 	}
 	switch {
 	case loaded && snap.Running:

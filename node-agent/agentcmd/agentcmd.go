@@ -43,12 +43,14 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/node-agent/agent"
+	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
 )
 
 type options struct {
 	nodeName, stateDir, lockPath, workerBinary, backend string
 	listen, advertise, macOSBuild, chip, signingID      string
+	artifactRoot, chipFamily                            string
 	labels                                              map[string]string
 	simScale                                            float64
 	budget                                              int
@@ -87,6 +89,8 @@ explicitly (--backend sim): an agent never switches to it on its own.`,
 	f.StringVar(&o.advertise, "advertise-address", "", "the address clients reach this node on (default: the first non-loopback IPv4 address)")
 	f.StringVar(&o.macOSBuild, "macos-build", "", "sim: the macOS build the node reports (the ane backend reads the real one)")
 	f.StringVar(&o.chip, "chip", "", "sim: the chip the node reports")
+	f.StringVar(&o.chipFamily, "chip-family", "", "sim: the chip family artifacts are matched against (default M4); the ane backend reads it from the chip")
+	f.StringVar(&o.artifactRoot, "artifact-root", "", "where the model artifacts are (default <state-dir>/artifacts); nothing loads unless its artifact there verifies")
 	f.Float64Var(&o.simScale, "sim-scale", 1, "sim: multiplies every simulated compile and load time")
 	f.IntVar(&o.budget, "budget", 0, "the machine's layer executables (default 100)")
 	f.DurationVar(&o.leaseDuration, "lease-duration", 30*time.Second, "the node Lease's duration; it is renewed every third of it")
@@ -114,6 +118,9 @@ func run(cmd *cobra.Command, o options) error {
 	if o.lockPath == "" {
 		o.lockPath = filepath.Join(o.stateDir, "ane.lock")
 	}
+	if o.artifactRoot == "" {
+		o.artifactRoot = filepath.Join(o.stateDir, "artifacts")
+	}
 	if o.workerBinary == "" {
 		self, err := os.Executable()
 		if err != nil {
@@ -128,6 +135,21 @@ func run(cmd *cobra.Command, o options) error {
 	platform, err := platformOf(o)
 	if err != nil {
 		return err
+	}
+	family, converter := o.chipFamily, ""
+	switch o.backend {
+	case "sim":
+		converter = artifact.SimConverterVersion
+		if family == "" {
+			family = "M4"
+		}
+	case "ane":
+		if family != "" {
+			return errors.New("--chip-family is for the sim backend; the ane backend reads the machine's own")
+		}
+		if family = chipFamily(platform.Chip); family == "" {
+			return fmt.Errorf("cannot tell the chip family of %q", platform.Chip)
+		}
 	}
 	if o.advertise == "" {
 		if o.advertise, err = firstIPv4(); err != nil {
@@ -147,7 +169,8 @@ func run(cmd *cobra.Command, o options) error {
 		Log: log.WithName("worker"), Clock: clk})
 	a := agent.New(agent.Config{
 		NodeName: o.nodeName, Labels: o.labels, Platform: platform,
-		Worker: v1.NodeWorker{SigningIdentifier: o.signingID, BinaryDigest: v1.Sha256Digest(digest), ProtocolVersion: 3, Backend: v1.WorkerBackend(o.backend)},
+		Worker:       v1.NodeWorker{SigningIdentifier: o.signingID, BinaryDigest: v1.Sha256Digest(digest), ProtocolVersion: 3, Backend: v1.WorkerBackend(o.backend)},
+		ArtifactRoot: o.artifactRoot, ChipFamily: family, ConverterVersion: converter,
 		Budget: o.budget, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval, Address: o.advertise, Listen: o.listen, Host: host, LockPath: o.lockPath, Clock: clk, Log: log,
 	})
 	return a.Run(ctrl.SetupSignalHandler(), restConfig, scheme)
@@ -186,6 +209,16 @@ func platformOf(o options) (v1.Platform, error) {
 			HardwareModel: strings.TrimSpace(string(model))}, nil
 	}
 	return v1.Platform{}, fmt.Errorf("--backend must be ane or sim, got %q", o.backend)
+}
+
+// chipFamily is the family of an Apple silicon chip's name ("Apple M4 Pro" is M4), or "".
+func chipFamily(chip string) string {
+	for _, word := range strings.Fields(chip) {
+		if len(word) >= 2 && word[0] == 'M' && strings.Trim(word[1:], "0123456789") == "" {
+			return word
+		}
+	}
+	return ""
 }
 
 // fileDigest is the SHA-256 of a file, as identities pin the worker binary.

@@ -134,3 +134,6 @@ func digest(data []byte) string {
 	sum := sha256.Sum256(data)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
+
+// SimConverterVersion is the version of BuildSim, the sim backend's converter.
+const SimConverterVersion = "sim-1"

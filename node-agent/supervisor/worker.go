@@ -96,4 +96,6 @@ type ModelSpec struct {
 	MaxResidentShapes int
 	// AdmissionBound bounds a request's wait for admission (at most 600 s).
 	AdmissionBound time.Duration
+	// ArtifactDir is the verified artifact the worker loads ("" for a worker that needs none).
+	ArtifactDir string
 }

@@ -18,10 +18,13 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 
@@ -45,7 +48,15 @@ type Sim struct {
 
 	mu       sync.Mutex
 	model    *pb.Load
+	seed     string         // the model's outputs follow from it: the artifact's, else the identity
 	resident map[uint32]int // rung -> layers loaded
+}
+
+// simParams is a sim artifact's params.json (see package artifact).
+type simParams struct {
+	Seed       string `json:"seed"`
+	Layers     uint32 `json:"layers"`
+	Dimensions uint32 `json:"dimensions"`
 }
 
 func (s *Sim) layer(i int, rung uint32) simane.Layer {
@@ -59,9 +70,26 @@ func (s *Sim) Load(ctx context.Context, l *pb.Load) ([]uint32, error) {
 	if l.Layers == 0 || l.Dimensions == 0 || len(l.Rungs) == 0 {
 		return nil, &Error{Code: "invalid_model", Message: "the model needs layers, dimensions and rungs"}
 	}
+	seed := l.Identity
+	if l.ArtifactDir != "" {
+		// The agent verified the artifact before this load; the worker reads what it holds.
+		data, err := os.ReadFile(filepath.Join(l.ArtifactDir, "params.json"))
+		if err != nil {
+			return nil, &Error{Code: "artifact_unreadable", Message: err.Error()}
+		}
+		var p simParams
+		if err := json.Unmarshal(data, &p); err != nil {
+			return nil, &Error{Code: "artifact_unreadable", Message: err.Error()}
+		}
+		if p.Layers != l.Layers || p.Dimensions != l.Dimensions {
+			return nil, &Error{Code: "invalid_model", Message: fmt.Sprintf("the artifact has %d layers of %d dimensions; %d of %d were asked for",
+				p.Layers, p.Dimensions, l.Layers, l.Dimensions)}
+		}
+		seed = p.Seed
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.model = l
+	s.model, s.seed = l, seed
 	s.resident = map[uint32]int{}
 	cached := []uint32{}
 	for _, r := range l.Rungs {
@@ -148,7 +176,7 @@ func (s *Sim) Resident() []uint32 {
 // rung is refused, never truncated.
 func (s *Sim) Execute(ctx context.Context, e *pb.Execute) (*pb.Reply, error) {
 	s.mu.Lock()
-	model := s.model
+	model, seed := s.model, s.seed
 	_, ok := s.resident[e.Rung]
 	s.mu.Unlock()
 	if !ok {
@@ -161,13 +189,13 @@ func (s *Sim) Execute(ctx context.Context, e *pb.Execute) (*pb.Reply, error) {
 		}
 		switch e.Task {
 		case "embed":
-			reply.Vectors = append(reply.Vectors, &pb.Vector{Values: Embed(model.Identity, int(model.Dimensions), seq.TokenIds)})
+			reply.Vectors = append(reply.Vectors, &pb.Vector{Values: Embed(seed, int(model.Dimensions), seq.TokenIds)})
 		case "rerank":
 			q, d, found := cut(seq.TokenIds)
 			if !found || len(q) == 0 || len(d) == 0 {
 				return nil, &Error{Code: "invalid_input", Message: fmt.Sprintf("rerank sequence %d is not query, separator, document", i)}
 			}
-			reply.Scores = append(reply.Scores, Score(model.Identity, int(model.Dimensions), q, d))
+			reply.Scores = append(reply.Scores, Score(seed, int(model.Dimensions), q, d))
 		default:
 			return nil, &Error{Code: "invalid_input", Message: fmt.Sprintf("unknown task %q", e.Task)}
 		}

@@ -162,7 +162,7 @@ func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) 
 		}
 		resp, err = p.call(ctx, cfg.CallTimeout, &pb.Request{Body: &pb.Request_Load{Load: &pb.Load{
 			Lane: spec.Lane, Identity: spec.Identity, Model: spec.Model, Layers: uint32(spec.Layers),
-			Dimensions: uint32(spec.Dimensions), Rungs: rungs}}})
+			Dimensions: uint32(spec.Dimensions), Rungs: rungs, ArtifactDir: spec.ArtifactDir}}})
 		if err == nil && resp.GetLoaded() == nil {
 			err = fmt.Errorf("the worker answered load with %v", resp)
 		}

@@ -17,6 +17,8 @@ limitations under the License.
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
@@ -29,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 )
 
 func key(l *v1.CatalogLane) string { return l.Namespace + "/" + l.Name }
@@ -76,6 +79,37 @@ var _ = Describe("The fleet", func() {
 		status, _, body := call(other, "/v1/embeddings", map[string]any{"model": key(l), "input": "x"})
 		Expect(status).To(Equal(404))
 		Expect(errorCode(body)).To(Equal("unknown_lane"))
+	})
+
+	It("should refuse and quarantine a corrupt artifact on one Mac, and say so on its placement, while the others serve", func() {
+		id := createIdentity("tiny-corrupt-25b78", "corrupt")
+		dir, err := artifact.Path(fleet.ArtifactRoot("mac-a"), "tiny", "corrupt", "ane-fp16-v1")
+		Expect(err).NotTo(HaveOccurred())
+		params := filepath.Join(dir, "params.json")
+		data, err := os.ReadFile(params)
+		Expect(err).NotTo(HaveOccurred())
+		data[len(data)-2] ^= 1
+		Expect(os.WriteFile(params, data, 0o644)).To(Succeed())
+
+		l := newLane(v1.TaskEmbed, 3, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = id.Name })
+		Eventually(func(g Gomega) {
+			p := placementOn(l, "mac-a")
+			g.Expect(p).NotTo(BeNil())
+			g.Expect(p.Status.Phase).To(Equal(v1.PhaseFailed))
+			c := meta.FindStatusCondition(p.Status.Conditions, v1.PlacementConditionArtifactVerified)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal("ArtifactQuarantined"))
+			g.Expect(c.Message).To(ContainSubstring("params.json"))
+			for _, node := range []string{"mac-b", "mac-d"} {
+				g.Expect(placementOn(l, node).Status.Phase).To(Equal(v1.PhaseReady))
+			}
+		}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+		_, err = os.Stat(dir)
+		Expect(os.IsNotExist(err)).To(BeTrue(), "the corrupt artifact stayed in place")
+		Expect(laneWorkers("mac-a", key(l))).To(BeEmpty(), "a worker started on an unverified artifact")
+		status, _, body := call("mac-a", "/v1/embeddings", map[string]any{"model": key(l), "input": "x"})
+		Expect(status).To(Equal(503))
+		Expect(body["error"].(map[string]any)["message"]).To(ContainSubstring("ArtifactIntegrityError"))
 	})
 
 	It("should rerank documents by relevance with each document's input index", func() {

@@ -94,14 +94,24 @@ var _ = BeforeSuite(func() {
 	})
 	Expect(err).NotTo(HaveOccurred(), out.String())
 	kube = fleet.Client
-	digest := fleet.WorkerDigest
 	for _, name := range []string{identity, coldIdentity} {
-		Expect(kube.Create(ctx, &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.CertifiedIdentitySpec{
-			Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
-			Model:            v1.ModelIdentity{Name: "tiny", Revision: "1", CheckpointDigest: digest, Layers: layers, HiddenSize: 64, EmbeddingDimensions: dims},
-			ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: digest}, MacOSBuild: "25B78", VectorSpaceID: "tiny/1"}})).To(Succeed())
+		createIdentity(name, "1")
 	}
 })
+
+// createIdentity certifies the tiny model at revision rev under name, and installs its
+// artifact on the Macs of its macOS build.
+func createIdentity(name, rev string) *v1.CertifiedIdentity {
+	GinkgoHelper()
+	digest := fleet.WorkerDigest
+	id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.CertifiedIdentitySpec{
+		Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
+		Model:            v1.ModelIdentity{Name: "tiny", Revision: rev, CheckpointDigest: digest, Layers: layers, HiddenSize: 64, EmbeddingDimensions: dims},
+		ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: digest}, MacOSBuild: "25B78", VectorSpaceID: "tiny/" + rev}}
+	Expect(kube.Create(ctx, id)).To(Succeed())
+	Expect(fleet.InstallArtifact(id)).To(Succeed())
+	return id
+}
 
 var _ = AfterSuite(func() {
 	if fleet != nil {
