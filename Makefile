@@ -80,10 +80,11 @@ stress: build ## Run a residency stress case (CASE=residency-safety|cold-through
 FUZZTIME ?= 10m
 
 .PHONY: fuzz
-fuzz: ## Fuzz the frame decoder, the worker's message handling and the artifact manifest parser, FUZZTIME each.
+fuzz: ## Fuzz the frame decoder, the worker's message handling, the manifest parser and the archive unpacker, FUZZTIME each.
 	go test -run '^$$' -fuzz FuzzReadFrame -fuzztime $(FUZZTIME) ./node-agent/protocol
 	go test -run '^$$' -fuzz FuzzWorkerServe -fuzztime $(FUZZTIME) ./node-agent/worker
 	go test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./node-agent/artifact
+	go test -run '^$$' -fuzz FuzzUnpack -fuzztime $(FUZZTIME) ./node-agent/artifact
 
 GENERATED_PATHS := api config charts node-agent/protocol
 

@@ -33,13 +33,112 @@ import (
 func newArtifactsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "artifacts",
-		Short: "Build, verify and list model artifacts",
+		Short: "Build, verify, list, import, fetch and prune model artifacts",
 		Long: `A model artifact is a directory holding what a worker loads and a manifest.json that says
 exactly what it is: model, revision, checkpoint, conversion policy, rungs, fp16, CPU_AND_NE,
 platform profile, the SHA-256 of every file, the compute plan and the parity gate. Nothing
 unverified loads; a corrupt artifact is moved to .quarantine beside it.`,
 	}
-	cmd.AddCommand(newBuildCommand(), newVerifyCommand(), newListCommand())
+	cmd.AddCommand(newBuildCommand(), newVerifyCommand(), newListCommand(), newImportCommand(), newFetchCommand(), newPruneCommand())
+	return cmd
+}
+
+// machineFlags are the registry and this machine's profile, for import, fetch and prune.
+func machineFlags(cmd *cobra.Command, im *artifact.Importer) {
+	f := cmd.Flags()
+	f.StringVar(&im.Root, "root", "", "the artifact root (the agent's --artifact-root) (required)")
+	f.StringVar(&im.Backend, "backend", "", "this machine's backend: ane or sim (required)")
+	f.StringVar(&im.Machine.ChipFamily, "chip-family", "", "this machine's chip family (required)")
+	f.StringVar(&im.Machine.MacOSBuild, "macos-build", "", "this machine's macOS build (required)")
+	f.StringVar(&im.ConverterVersion, "converter-version", artifact.SimConverterVersion, "this machine's converter version")
+	for _, name := range []string{"root", "backend", "chip-family", "macos-build"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+}
+
+func report(cmd *cobra.Command, res *artifact.ImportResult) {
+	switch {
+	case res.AlreadyRegistered:
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: already registered and verified; nothing changed\n", res.Dir)
+	case res.Replaced:
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: replaced and published\n", res.Dir)
+	default:
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: registered and published\n", res.Dir)
+	}
+}
+
+func newImportCommand() *cobra.Command {
+	var im artifact.Importer
+	var force bool
+	var sha string
+	cmd := &cobra.Command{
+		Use:   "import ARCHIVE",
+		Short: "Register an artifact archive (.tar.gz): verified staged, gated in place, published atomically",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := im.Import(args[0], sha, force)
+			if err != nil {
+				return err
+			}
+			report(cmd, res)
+			return nil
+		},
+	}
+	machineFlags(cmd, &im)
+	cmd.Flags().BoolVar(&force, "force", false, "replace a registered artifact (the previous one is put back if anything fails)")
+	cmd.Flags().StringVar(&sha, "sha256", "", "the archive's expected sha256:<hex>")
+	return cmd
+}
+
+func newFetchCommand() *cobra.Command {
+	var im artifact.Importer
+	var force, offline bool
+	var repo, model, revision, policy string
+	cmd := &cobra.Command{
+		Use:   "fetch",
+		Short: "Fetch an artifact for this machine from a repository and import it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if repo == "" {
+				repo = os.Getenv(artifact.RepoEnv)
+			}
+			res, err := im.Fetch(cmd.Context(), repo, model, revision, policy, offline, force)
+			if err != nil {
+				return err
+			}
+			report(cmd, res)
+			return nil
+		},
+	}
+	machineFlags(cmd, &im)
+	f := cmd.Flags()
+	f.StringVar(&repo, "repo", "", "the repository: an http(s) URL or a directory holding index.json (default $"+artifact.RepoEnv+"; there is no other default)")
+	f.StringVar(&model, "model", "", "the model (required)")
+	f.StringVar(&revision, "revision", "", "its revision (required)")
+	f.StringVar(&policy, "conversion-policy", "", "its conversion policy (required)")
+	f.BoolVar(&offline, "offline", false, "never touch the network: succeed only if the artifact is installed")
+	f.BoolVar(&force, "force", false, "replace a registered artifact")
+	for _, name := range []string{"model", "revision", "conversion-policy"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}
+
+func newPruneCommand() *cobra.Command {
+	var im artifact.Importer
+	cmd := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove what killed imports left (once they have exited and are an hour old), putting back replaced artifacts",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			removed, err := im.Prune()
+			for _, dir := range removed {
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", dir)
+			}
+			return err
+		},
+	}
+	machineFlags(cmd, &im)
 	return cmd
 }
 

@@ -18,9 +18,12 @@ package agentcmd
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 )
 
 func runCmd(t *testing.T, args ...string) (string, error) {
@@ -35,6 +38,7 @@ func runCmd(t *testing.T, args ...string) (string, error) {
 }
 
 func TestArtifactsBuildVerifyAndList(t *testing.T) {
+	t.Setenv(artifact.RepoEnv, "")
 	root := t.TempDir()
 	dir := filepath.Join(root, "gte")
 	d := "sha256:" + strings.Repeat("ab", 32)
@@ -60,6 +64,29 @@ func TestArtifactsBuildVerifyAndList(t *testing.T) {
 	_, err = runCmd(t, append([]string{"artifacts", "verify", dir, "--backend", "ane"}, common...)...)
 	if err == nil || !strings.Contains(err.Error(), "ArtifactMismatchError") {
 		t.Fatalf("another backend: %v", err)
+	}
+	// Pack it by hand and import it into another root: registered under model/revision/policy.
+	other := t.TempDir()
+	archive := filepath.Join(t.TempDir(), "gte.tar.gz")
+	f, err := os.Create(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := artifact.Pack(dir, f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	machine := []string{"--root", other, "--backend", "sim", "--chip-family", "M4", "--macos-build", "25B78"}
+	out, err = runCmd(t, append([]string{"artifacts", "import", archive}, machine...)...)
+	if err != nil || !strings.Contains(out, "registered and published") {
+		t.Fatalf("import: %v\n%s", err, out)
+	}
+	if out, err := runCmd(t, append([]string{"artifacts", "prune"}, machine...)...); err != nil || out != "" {
+		t.Fatalf("prune with nothing to prune: %v\n%s", err, out)
+	}
+	if _, err := runCmd(t, append([]string{"artifacts", "fetch", "--model", "gte", "--revision", "r1", "--conversion-policy", "ane-fp16-v1"}, machine...)...); err == nil ||
+		!strings.Contains(err.Error(), "no artifact repository") {
+		t.Fatalf("fetch without a repository: %v", err)
 	}
 	out, err = runCmd(t, "artifacts", "list", root)
 	if err != nil || !strings.Contains(out, "gte") || !strings.Contains(out, "published") || !strings.Contains(out, "128 256") {

@@ -17,6 +17,7 @@ limitations under the License.
 package artifact
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -45,6 +46,32 @@ func FuzzParse(f *testing.F) {
 		m2, err := Parse(again)
 		if err != nil || !reflect.DeepEqual(m, m2) {
 			t.Fatalf("an accepted manifest does not survive a round trip: %v", err)
+		}
+	})
+}
+
+// FuzzUnpack: the archive unpacker never panics and never writes outside its directory,
+// whatever the archive says.
+func FuzzUnpack(f *testing.F) {
+	src := filepath.Join(f.TempDir(), "a")
+	if _, err := BuildSim(src, spec); err != nil {
+		f.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := Pack(src, &buf); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		parent := t.TempDir()
+		dir := filepath.Join(parent, "in")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_ = unpack(bytes.NewReader(data), dir, 1<<20)
+		entries, _ := os.ReadDir(parent)
+		if len(entries) != 1 {
+			t.Fatalf("the unpacker wrote beside its directory: %v", entries)
 		}
 	})
 }
