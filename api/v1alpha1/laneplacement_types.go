@@ -193,6 +193,35 @@ type PrewarmSummary struct {
 	TotalMilliseconds int64 `json:"totalMilliseconds,omitempty"`
 }
 
+// ProbeMeasurement is the runtime placement probe of one resident rung: the fastest of 5
+// evaluations on the device and on a CPU-only reference of the same artifact, back to back.
+// A ratio above 0.8 means the model is not running on the Neural Engine: the lane fails with
+// ComputeUnitMismatchError.
+type ProbeMeasurement struct {
+	// rung is the probed shape.
+	// +required
+	Rung Rung `json:"rung"`
+
+	// deviceMicroseconds is the fastest evaluation on the device.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	DeviceMicroseconds int64 `json:"deviceMicroseconds"`
+
+	// cpuMicroseconds is the fastest evaluation of the CPU-only reference.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	CPUMicroseconds int64 `json:"cpuMicroseconds"`
+
+	// ratio is device over CPU time, with two decimals.
+	// +required
+	// +kubebuilder:validation:MaxLength=16
+	Ratio string `json:"ratio"`
+
+	// workerGeneration is the worker generation it was measured on.
+	// +optional
+	WorkerGeneration int64 `json:"workerGeneration,omitempty"`
+}
+
 // Fault is the last failure the agent observed for a placement.
 type Fault struct {
 	// code is the machine-readable refusal or fault code, for example engine_crashed.
@@ -249,6 +278,13 @@ type LanePlacementStatus struct {
 	// lastFault is the last failure observed.
 	// +optional
 	LastFault *Fault `json:"lastFault,omitempty"`
+
+	// probes are the runtime placement probes of the resident rungs.
+	// +optional
+	// +listType=map
+	// +listMapKey=rung
+	// +kubebuilder:validation:MaxItems=8
+	Probes []ProbeMeasurement `json:"probes,omitempty"`
 
 	// conditions: ArtifactVerified, WorkerRunning, SelfChecked, Ready.
 	// +optional

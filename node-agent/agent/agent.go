@@ -107,6 +107,9 @@ type Agent struct {
 	kick   chan struct{}
 	// resync asks the reconciler to look at every placement (pause and resume).
 	resync chan event.GenericEvent
+	// probeKick wakes the placement prober; probeRatio exports its measurements.
+	probeKick  chan struct{}
+	probeRatio *prometheus.GaugeVec
 }
 
 // New returns an agent; Run starts it.
@@ -120,12 +123,14 @@ func New(cfg Config) *Agent {
 	if cfg.Budget == 0 {
 		cfg.Budget = supervisor.DefaultBudget
 	}
-	a := &Agent{cfg: cfg, verifier: artifact.Verifier{Clock: cfg.Clock}, lanes: map[types.NamespacedName]*lane{}, kick: make(chan struct{}, 1), resync: make(chan event.GenericEvent, 1), registry: prometheus.NewRegistry()}
+	a := &Agent{cfg: cfg, verifier: artifact.Verifier{Clock: cfg.Clock}, lanes: map[types.NamespacedName]*lane{}, kick: make(chan struct{}, 1), resync: make(chan event.GenericEvent, 1), probeKick: make(chan struct{}, 1), registry: prometheus.NewRegistry()}
 	a.sup = supervisor.New(supervisor.Config{Clock: cfg.Clock, Spawner: cfg.Host, Log: cfg.Log.WithName("supervisor"), Budget: cfg.Budget, LockPath: cfg.LockPath,
 		OnChange: a.wake})
 	a.serve = serving.New(serving.Supervised(a.sup), cfg.Clock)
 	a.api = httpapi.New(httpapi.Config{Node: cfg.NodeName, Catalog: a, Runner: a.serve, Admin: a, Clock: cfg.Clock, Registry: a.registry})
-	a.registry.MustRegister(newCollector(a))
+	a.probeRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "synapse_agent_placement_probe_ratio",
+		Help: "Device over CPU-reference time of the runtime placement probe, by lane and rung; above 0.8 the lane fails."}, []string{"lane", "rung"})
+	a.registry.MustRegister(newCollector(a), a.probeRatio)
 	return a
 }
 
@@ -193,6 +198,7 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 	goRun("manager", mgr.Start)
 	goRun("lease", a.heartbeat)
 	goRun("status", a.writeStatus)
+	goRun("probe", a.probeLoop)
 	a.cfg.Log.Info("agent running", "node", a.cfg.NodeName, "listen", ln.Addr().String(), "address", a.cfg.Address)
 
 	<-ctx.Done()
@@ -241,10 +247,14 @@ func (a *Agent) sayStopped(ctx context.Context) {
 	}
 }
 
-// wake asks the status writer for a pass soon.
+// wake asks the status writer and the prober for a pass soon.
 func (a *Agent) wake() {
 	select {
 	case a.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case a.probeKick <- struct{}{}:
 	default:
 	}
 }

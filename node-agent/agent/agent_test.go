@@ -80,6 +80,11 @@ func testPlacement(lane string) *v1.LanePlacement {
 // newTestAgent runs an agent's supervisor over real sim workers, on a fake clock, with a fake
 // API server holding its MacNode and the given placements; writes counts the status patches.
 func newTestAgent(t *testing.T, placements ...*v1.LanePlacement) (*Agent, *clocktesting.FakeClock, *atomic.Int64) {
+	return newTestAgentWithEnv(t, nil, placements...)
+}
+
+// newTestAgentWithEnv is newTestAgent whose workers get env.
+func newTestAgentWithEnv(t *testing.T, env []string, placements ...*v1.LanePlacement) (*Agent, *clocktesting.FakeClock, *atomic.Int64) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(epoch)
 	scheme := k8sruntime.NewScheme()
@@ -101,7 +106,8 @@ func newTestAgent(t *testing.T, placements ...*v1.LanePlacement) (*Agent, *clock
 	// The supervisor, the workers and their simulated device run on real time (the supervisor's
 	// own rules are tested on a fake clock in its package); the status writer's interval runs
 	// on the fake clock.
-	host := workerhost.New(workerhost.Config{Binary: workerBinary, Backend: "sim", StateDir: t.TempDir(), SimScale: 1e-6, Log: logr.Discard()})
+	host := workerhost.New(workerhost.Config{Binary: workerBinary, Backend: "sim", StateDir: t.TempDir(), SimScale: 1e-6, Log: logr.Discard(),
+		Env: func(string, int64) []string { return env }})
 	root := t.TempDir()
 	installArtifact(t, root)
 	a := New(Config{NodeName: "mac-1", Clock: clock.RealClock{}, Log: testr.New(t), Host: host, StatusInterval: time.Second,
@@ -252,6 +258,43 @@ func TestNothingLoadsFromACorruptArtifactAndThePlacementSaysWhy(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatal("the corrupt artifact is still in place")
+	}
+}
+
+func TestThePlacementProbeGatesReadinessAndIsReported(t *testing.T) {
+	p := testPlacement("gte")
+	a, _, _ := newTestAgent(t, p)
+	loadReady(t, a, p)
+	got := p.DeepCopy()
+	a.placementStatus(types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, got)
+	if len(got.Status.Probes) != 1 || got.Status.Probes[0].Rung != 128 || got.Status.Probes[0].Ratio != "0.40" || got.Status.Probes[0].WorkerGeneration != 1 {
+		t.Fatalf("probes %+v, want rung 128 at 0.40 on generation 1", got.Status.Probes)
+	}
+}
+
+func TestALaneWhoseProbeSaysItRunsOnTheCPUIsUnloadedAndFails(t *testing.T) {
+	p := testPlacement("gte")
+	a, _, _ := newTestAgentWithEnv(t, []string{"SYNAPSE_SIM_PROBE_RATIO=0.97"}, p)
+	l := a.entry(p)
+	if _, err := (&reconciler{a: a}).load(context.Background(), l, p, testIdentity); err != nil {
+		t.Fatal(err)
+	}
+	gomega.NewWithT(t).Eventually(func() laneState {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return l.state
+	}).WithTimeout(10 * time.Second).Should(gomega.Equal(laneFailed))
+	if lanes := a.sup.Lanes(); len(lanes) != 0 {
+		t.Fatalf("lanes %v are still loaded", lanes)
+	}
+	got := p.DeepCopy()
+	a.placementStatus(types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, got)
+	if got.Status.Phase != v1.PhaseFailed || got.Status.LastFault == nil || got.Status.LastFault.Code != "ComputeUnitMismatch" ||
+		!strings.Contains(got.Status.LastFault.Message, "ComputeUnitMismatchError") || !strings.Contains(got.Status.LastFault.Message, "0.97") {
+		t.Fatalf("status %+v (fault %+v)", got.Status, got.Status.LastFault)
+	}
+	if _, err := a.Lookup("default/gte"); refusal.CodeOf(err) != refusal.EngineCrashed || !strings.Contains(err.Error(), "ComputeUnitMismatchError") {
+		t.Fatalf("a request for the lane: %v", err)
 	}
 }
 

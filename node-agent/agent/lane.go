@@ -68,6 +68,8 @@ type lane struct {
 	verified                    *artifact.Verified
 	// retryAt is when a failed load is tried again.
 	retryAt time.Time
+	// probes are the placement probes by rung (each for the generation it names).
+	probes map[int]probe
 }
 
 func laneKey(spec v1.LanePlacementSpec, namespace string) string { return namespace + "/" + spec.Lane }

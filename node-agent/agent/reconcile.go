@@ -170,7 +170,7 @@ func (r *reconciler) load(ctx context.Context, l *lane, p *v1.LanePlacement, ide
 	l.api = httpapi.Lane{Namespace: p.Namespace, Name: p.Spec.Lane, Key: key, Task: string(p.Spec.Task), Device: string(p.Spec.Device),
 		Ceiling: int(p.Spec.Ceiling), Dimensions: int(identity.Spec.Model.EmbeddingDimensions), Tokenizer: tokenizer.Sim{},
 		Deadline: time.Duration(p.Spec.RequestDeadlineSeconds) * time.Second}
-	l.failure, l.verifyReason, l.verifyMessage, l.verified = nil, "", "", nil
+	l.failure, l.verifyReason, l.verifyMessage, l.verified, l.probes = nil, "", "", nil, nil
 	a.mu.Unlock()
 	a.setState(l, laneLoading, nil)
 
@@ -210,6 +210,11 @@ func (r *reconciler) load(ctx context.Context, l *lane, p *v1.LanePlacement, ide
 		}
 		if err != nil {
 			a.setState(l, laneFailed, &v1.Fault{Code: "self_check_failed", Message: err.Error()})
+			return
+		}
+		// The self-checked rung is probed before the lane is Ready: it must run on the device.
+		if err := a.probeLane(context.Background(), l); err != nil {
+			a.probeFailed(context.Background(), l, err)
 			return
 		}
 		a.setState(l, laneReady, nil)

@@ -125,6 +125,7 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 	}
 	state, loaded, laneKey, failure := l.state, l.loaded, l.key, l.failure
 	verifyReason, verifyMessage, verified := l.verifyReason, l.verifyMessage, l.verified
+	probes := probeStatus(l.probes)
 	a.mu.Unlock()
 
 	now := metav1.NewTime(a.cfg.Clock.Now().Truncate(time.Second))
@@ -135,6 +136,7 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 		snap, loaded = a.sup.Snapshot(laneKey)
 	}
 	st.ResidentShapes, st.CachedShapes, st.Compile, st.Prewarm = toRungs(snap.Resident), toRungs(snap.Cached), nil, nil
+	st.Probes = probes
 	if loaded {
 		st.WorkerGeneration = snap.Generation
 		if c := snap.Admitting; c != nil {

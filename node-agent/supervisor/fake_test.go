@@ -182,6 +182,11 @@ func (w *fakeWorker) Inventory(ctx context.Context) ([]int, error) {
 	return out, nil
 }
 
+func (w *fakeWorker) Probe(ctx context.Context, rung int) (time.Duration, time.Duration, error) {
+	w.record("probe %d", rung)
+	return time.Millisecond, 2500 * time.Microsecond, nil
+}
+
 func (w *fakeWorker) Close() error {
 	w.record("close")
 	w.mu.Lock()

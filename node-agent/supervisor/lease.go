@@ -95,6 +95,25 @@ func (l *Lease) Exchange(ctx context.Context, payload []byte) ([]byte, error) {
 	return reply, err
 }
 
+// Probe runs the runtime placement probe on the leased shape: the fastest of 5 evaluations on
+// the device and on a CPU-only reference of the same artifact. A fault is handled as an
+// exchange's.
+func (l *Lease) Probe(ctx context.Context) (device, cpu time.Duration, err error) {
+	ev := Event{RequestID: l.requestID, Lane: l.m.spec.Lane, Rung: l.sh.rung, RPC: "probe"}
+	err = l.s.traced(l.stream, ev, func(w Worker) error {
+		var err error
+		device, cpu, err = w.Probe(ctx, l.sh.rung)
+		return err
+	})
+	if err != nil && !isWorkerError(err) {
+		l.mu.Lock()
+		l.fault = err
+		l.mu.Unlock()
+		return 0, 0, refusal.New(refusal.EngineCrashed, l.m.spec.Lane, "worker generation %d failed during the placement probe: %v", l.gen, err)
+	}
+	return device, cpu, err
+}
+
 // Fault reports that the exchange's reply was malformed (it failed validation above the
 // stream): the worker goes through confirmed-exit recovery once the lease is released.
 func (l *Lease) Fault(err error) {
@@ -192,6 +211,19 @@ func (s *Supervisor) Acquire(ctx context.Context, lane string, rung int, deadlin
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// LeaseResident leases rung of lane only if it is resident now, on the fast path; it never
+// admits anything. The runtime placement probe uses it: it measures what is loaded and must
+// not load anything itself.
+func (s *Supervisor) LeaseResident(lane string, rung int) *Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, err := s.modelFor(lane)
+	if err != nil {
+		return nil
+	}
+	return s.tryLease(s.clk.Now(), m, rung, 0)
 }
 
 // granted tags a lease with its request and records the grant.

@@ -37,6 +37,9 @@ type Worker interface {
 	Exchange(ctx context.Context, rung int, payload []byte) ([]byte, error)
 	// Inventory lists the rungs the worker holds resident.
 	Inventory(ctx context.Context) ([]int, error)
+	// Probe times the fastest of 5 evaluations of resident rung on the device and on a
+	// CPU-only reference of the same artifact (the runtime placement probe).
+	Probe(ctx context.Context, rung int) (device, cpu time.Duration, err error)
 	// Close closes the worker's channel: it finishes and exits.
 	Close() error
 	// Kill ends the process.

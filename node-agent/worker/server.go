@@ -42,6 +42,9 @@ type Backend interface {
 	Evict(rung uint32) error
 	Execute(ctx context.Context, e *pb.Execute) (*pb.Reply, error)
 	Resident() []uint32
+	// Probe times the fastest of 5 evaluations of a resident rung on the device and on a
+	// CPU-only reference of the same artifact, back to back.
+	Probe(ctx context.Context, rung uint32) (device, cpu time.Duration, err error)
 }
 
 // Admission is what a backend did to admit a rung.
@@ -139,6 +142,8 @@ func bodyKind(req *pb.Request) string {
 		return "cache_check"
 	case *pb.Request_Inventory:
 		return "inventory"
+	case *pb.Request_Probe:
+		return "probe"
 	}
 	return "unknown"
 }
@@ -202,11 +207,21 @@ func (s *Server) handle(ctx context.Context, req *pb.Request) *pb.Response {
 		return &pb.Response{Body: &pb.Response_Reply{Reply: reply}}
 	case *pb.Request_Inventory:
 		return &pb.Response{Body: &pb.Response_Inventory{Inventory: &pb.InventoryReply{Resident: s.Backend.Resident()}}}
+	case *pb.Request_Probe:
+		device, cpu, err := s.Backend.Probe(ctx, b.Probe.Rung)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(s.Stderr, "ane-direct placement probe: shape=%d device_ms=%.3f cpu_ms=%.3f ratio=%.2f\n", b.Probe.Rung, ms(device), ms(cpu), float64(device)/float64(cpu))
+		return &pb.Response{Body: &pb.Response_ProbeResult{ProbeResult: &pb.ProbeResult{Rung: b.Probe.Rung, DeviceMs: msf(device), CpuMs: msf(cpu)}}}
 	}
 	return fail(&Error{Code: "unknown_request", Message: "this worker does not know the request"})
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// msf is d in milliseconds at full precision.
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 type progressKey struct{}
 

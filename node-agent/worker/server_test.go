@@ -145,3 +145,28 @@ func TestAnAdmissionReportsEachLayerOnlyWhenAsked(t *testing.T) {
 		t.Fatalf("an admission without report_progress: %v", resps[5])
 	}
 }
+
+func TestThePlacementProbeTimesTheDeviceAndModelsTheCPUReference(t *testing.T) {
+	for _, tc := range []struct {
+		ratio, want float64
+	}{{0, 0.4}, {0.97, 0.97}} {
+		s := newServer(io.Discard)
+		s.Backend.(*Sim).ProbeRatio = tc.ratio
+		resps := converse(t, s,
+			&pb.Request{Id: 1, Body: &pb.Request_Load{Load: &pb.Load{Identity: "gte", Layers: 2, Dimensions: 8, Rungs: []uint32{128}}}},
+			&pb.Request{Id: 2, Body: &pb.Request_Probe{Probe: &pb.Probe{Rung: 128}}},
+			&pb.Request{Id: 3, Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: 128}}},
+			&pb.Request{Id: 4, Body: &pb.Request_Probe{Probe: &pb.Probe{Rung: 128}}},
+		)
+		if e := resps[1].GetError(); e == nil || e.Code != "not_resident" {
+			t.Fatalf("a probe of a shape not resident: %v", resps[1])
+		}
+		p := resps[3].GetProbeResult()
+		if p == nil || p.Rung != 128 || p.DeviceMs <= 0 {
+			t.Fatalf("probe: %v", resps[3])
+		}
+		if got := p.DeviceMs / p.CpuMs; got < tc.want-0.001 || got > tc.want+0.001 {
+			t.Fatalf("ratio %.3f, want %.2f", got, tc.want)
+		}
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"k8s.io/utils/clock"
 
@@ -45,6 +46,11 @@ type Sim struct {
 	Machine   *simane.Machine
 	SigningID string
 	Clock     clock.PassiveClock
+	// ProbeRatio is the device-to-CPU time ratio the placement probe reports: the stand-in has
+	// no CPU reference, so it times the device and models the reference. 0 means 0.4, the
+	// middle of what the Neural Engine measures; above 0.8 the probe fails, as a model that
+	// runs on the CPU would.
+	ProbeRatio float64
 
 	mu       sync.Mutex
 	model    *pb.Load
@@ -252,4 +258,31 @@ func splitmix(x uint64) uint64 {
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
 	return x ^ (x >> 31)
+}
+
+// Probe times the fastest of 5 evaluations of a resident rung; the CPU reference's time is
+// modelled from ProbeRatio.
+func (s *Sim) Probe(ctx context.Context, rung uint32) (device, cpu time.Duration, err error) {
+	s.mu.Lock()
+	model, seed := s.model, s.seed
+	_, ok := s.resident[rung]
+	s.mu.Unlock()
+	if !ok {
+		return 0, 0, &Error{Code: "not_resident", Message: fmt.Sprintf("rung %d is not resident", rung)}
+	}
+	seq := make([]uint32, min(int(rung), 16))
+	for i := range seq {
+		seq[i] = uint32(i + 1)
+	}
+	device = time.Duration(math.MaxInt64)
+	for range 5 {
+		start := s.Clock.Now()
+		Embed(seed, int(model.Dimensions), seq)
+		device = min(device, max(s.Clock.Since(start), time.Microsecond))
+	}
+	ratio := s.ProbeRatio
+	if ratio == 0 {
+		ratio = 0.4
+	}
+	return device, time.Duration(float64(device) / ratio), nil
 }

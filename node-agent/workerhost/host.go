@@ -364,6 +364,19 @@ func (p *Process) Inventory(ctx context.Context) ([]int, error) {
 	return out, nil
 }
 
+// Probe implements supervisor.Worker.
+func (p *Process) Probe(ctx context.Context, rung int) (device, cpu time.Duration, err error) {
+	resp, err := p.call(ctx, p.cfg.CallTimeout, &pb.Request{Body: &pb.Request_Probe{Probe: &pb.Probe{Rung: uint32(rung)}}})
+	if err != nil {
+		return 0, 0, err
+	}
+	r := resp.GetProbeResult()
+	if r == nil || r.Rung != uint32(rung) || !(r.DeviceMs > 0) || !(r.CpuMs > 0) {
+		return 0, 0, fmt.Errorf("%w: probe %d answered with %v", errFault, rung, resp)
+	}
+	return time.Duration(r.DeviceMs * float64(time.Millisecond)), time.Duration(r.CpuMs * float64(time.Millisecond)), nil
+}
+
 // Close closes the worker's channel; it finishes and exits.
 func (p *Process) Close() error {
 	var err error

@@ -72,6 +72,11 @@ var _ = Describe("The fleet", func() {
 			}
 			Expect(h.Get("X-Synapse-Node")).To(Equal(node))
 			Expect(h.Get("X-Synapse-Buckets")).To(Equal("128"))
+			// Its smallest rung was probed on the device before it turned Ready.
+			probes := placementOn(l, node).Status.Probes
+			Expect(probes).NotTo(BeEmpty())
+			Expect(probes[0].Rung).To(BeEquivalentTo(128))
+			Expect(probes[0].Ratio).To(Equal("0.40"))
 			Expect(body["synapse"]).To(HaveKeyWithValue("lane", key(l)))
 		}
 

@@ -42,6 +42,7 @@ type Request struct {
 	//	*Request_Execute
 	//	*Request_CacheCheck
 	//	*Request_Inventory
+	//	*Request_Probe
 	Body          isRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -154,6 +155,15 @@ func (x *Request) GetInventory() *Inventory {
 	return nil
 }
 
+func (x *Request) GetProbe() *Probe {
+	if x != nil {
+		if x, ok := x.Body.(*Request_Probe); ok {
+			return x.Probe
+		}
+	}
+	return nil
+}
+
 type isRequest_Body interface {
 	isRequest_Body()
 }
@@ -186,6 +196,12 @@ type Request_Inventory struct {
 	Inventory *Inventory `protobuf:"bytes,8,opt,name=inventory,proto3,oneof"`
 }
 
+type Request_Probe struct {
+	// Addition: the runtime placement probe of a resident rung. An older worker answers it
+	// with an Error (unknown_request).
+	Probe *Probe `protobuf:"bytes,9,opt,name=probe,proto3,oneof"`
+}
+
 func (*Request_Hello) isRequest_Body() {}
 
 func (*Request_Load) isRequest_Body() {}
@@ -199,6 +215,8 @@ func (*Request_Execute) isRequest_Body() {}
 func (*Request_CacheCheck) isRequest_Body() {}
 
 func (*Request_Inventory) isRequest_Body() {}
+
+func (*Request_Probe) isRequest_Body() {}
 
 // Response is every frame the worker sends.
 type Response struct {
@@ -214,6 +232,7 @@ type Response struct {
 	//	*Response_CacheStatus
 	//	*Response_Inventory
 	//	*Response_AdmitProgress
+	//	*Response_ProbeResult
 	//	*Response_Error
 	Body          isResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -336,6 +355,15 @@ func (x *Response) GetAdmitProgress() *AdmitProgress {
 	return nil
 }
 
+func (x *Response) GetProbeResult() *ProbeResult {
+	if x != nil {
+		if x, ok := x.Body.(*Response_ProbeResult); ok {
+			return x.ProbeResult
+		}
+	}
+	return nil
+}
+
 func (x *Response) GetError() *Error {
 	if x != nil {
 		if x, ok := x.Body.(*Response_Error); ok {
@@ -383,6 +411,11 @@ type Response_AdmitProgress struct {
 	AdmitProgress *AdmitProgress `protobuf:"bytes,9,opt,name=admit_progress,json=admitProgress,proto3,oneof"`
 }
 
+type Response_ProbeResult struct {
+	// Addition: the answer to a Probe.
+	ProbeResult *ProbeResult `protobuf:"bytes,10,opt,name=probe_result,json=probeResult,proto3,oneof"`
+}
+
 type Response_Error struct {
 	// error answers any request the worker refuses: the exchange did not run.
 	Error *Error `protobuf:"bytes,15,opt,name=error,proto3,oneof"`
@@ -403,6 +436,8 @@ func (*Response_CacheStatus) isResponse_Body() {}
 func (*Response_Inventory) isResponse_Body() {}
 
 func (*Response_AdmitProgress) isResponse_Body() {}
+
+func (*Response_ProbeResult) isResponse_Body() {}
 
 func (*Response_Error) isResponse_Body() {}
 
@@ -1433,11 +1468,117 @@ func (x *Error) GetMessage() string {
 	return ""
 }
 
+// Probe times the fastest of 5 evaluations of a resident rung on the device, then the fastest
+// of 5 of a CPU-only reference of the same artifact, back to back.
+type Probe struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rung          uint32                 `protobuf:"varint,1,opt,name=rung,proto3" json:"rung,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Probe) Reset() {
+	*x = Probe{}
+	mi := &file_workerv3_worker_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Probe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Probe) ProtoMessage() {}
+
+func (x *Probe) ProtoReflect() protoreflect.Message {
+	mi := &file_workerv3_worker_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Probe.ProtoReflect.Descriptor instead.
+func (*Probe) Descriptor() ([]byte, []int) {
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Probe) GetRung() uint32 {
+	if x != nil {
+		return x.Rung
+	}
+	return 0
+}
+
+type ProbeResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rung          uint32                 `protobuf:"varint,1,opt,name=rung,proto3" json:"rung,omitempty"`
+	DeviceMs      float64                `protobuf:"fixed64,2,opt,name=device_ms,json=deviceMs,proto3" json:"device_ms,omitempty"`
+	CpuMs         float64                `protobuf:"fixed64,3,opt,name=cpu_ms,json=cpuMs,proto3" json:"cpu_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProbeResult) Reset() {
+	*x = ProbeResult{}
+	mi := &file_workerv3_worker_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbeResult) ProtoMessage() {}
+
+func (x *ProbeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_workerv3_worker_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbeResult.ProtoReflect.Descriptor instead.
+func (*ProbeResult) Descriptor() ([]byte, []int) {
+	return file_workerv3_worker_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ProbeResult) GetRung() uint32 {
+	if x != nil {
+		return x.Rung
+	}
+	return 0
+}
+
+func (x *ProbeResult) GetDeviceMs() float64 {
+	if x != nil {
+		return x.DeviceMs
+	}
+	return 0
+}
+
+func (x *ProbeResult) GetCpuMs() float64 {
+	if x != nil {
+		return x.CpuMs
+	}
+	return 0
+}
+
 var File_workerv3_worker_proto protoreflect.FileDescriptor
 
 const file_workerv3_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x15workerv3/worker.proto\x12\x11synapse.worker.v3\"\x9e\x03\n" +
+	"\x15workerv3/worker.proto\x12\x11synapse.worker.v3\"\xd0\x03\n" +
 	"\aRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x120\n" +
 	"\x05hello\x18\x02 \x01(\v2\x18.synapse.worker.v3.HelloH\x00R\x05hello\x12-\n" +
@@ -1447,8 +1588,9 @@ const file_workerv3_worker_proto_rawDesc = "" +
 	"\aexecute\x18\x06 \x01(\v2\x1a.synapse.worker.v3.ExecuteH\x00R\aexecute\x12@\n" +
 	"\vcache_check\x18\a \x01(\v2\x1d.synapse.worker.v3.CacheCheckH\x00R\n" +
 	"cacheCheck\x12<\n" +
-	"\tinventory\x18\b \x01(\v2\x1c.synapse.worker.v3.InventoryH\x00R\tinventoryB\x06\n" +
-	"\x04body\"\xbb\x04\n" +
+	"\tinventory\x18\b \x01(\v2\x1c.synapse.worker.v3.InventoryH\x00R\tinventory\x120\n" +
+	"\x05probe\x18\t \x01(\v2\x18.synapse.worker.v3.ProbeH\x00R\x05probeB\x06\n" +
+	"\x04body\"\x80\x05\n" +
 	"\bResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
 	"\x05hello\x18\x02 \x01(\v2\x1d.synapse.worker.v3.HelloReplyH\x00R\x05hello\x123\n" +
@@ -1458,7 +1600,9 @@ const file_workerv3_worker_proto_rawDesc = "" +
 	"\x05reply\x18\x06 \x01(\v2\x18.synapse.worker.v3.ReplyH\x00R\x05reply\x12C\n" +
 	"\fcache_status\x18\a \x01(\v2\x1e.synapse.worker.v3.CacheStatusH\x00R\vcacheStatus\x12A\n" +
 	"\tinventory\x18\b \x01(\v2!.synapse.worker.v3.InventoryReplyH\x00R\tinventory\x12I\n" +
-	"\x0eadmit_progress\x18\t \x01(\v2 .synapse.worker.v3.AdmitProgressH\x00R\radmitProgress\x120\n" +
+	"\x0eadmit_progress\x18\t \x01(\v2 .synapse.worker.v3.AdmitProgressH\x00R\radmitProgress\x12C\n" +
+	"\fprobe_result\x18\n" +
+	" \x01(\v2\x1e.synapse.worker.v3.ProbeResultH\x00R\vprobeResult\x120\n" +
 	"\x05error\x18\x0f \x01(\v2\x18.synapse.worker.v3.ErrorH\x00R\x05errorB\x06\n" +
 	"\x04body\"2\n" +
 	"\x05Hello\x12)\n" +
@@ -1529,7 +1673,13 @@ const file_workerv3_worker_proto_rawDesc = "" +
 	"\bresident\x18\x01 \x03(\rR\bresident\"5\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessageBBZ@github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3b\x06proto3"
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x1b\n" +
+	"\x05Probe\x12\x12\n" +
+	"\x04rung\x18\x01 \x01(\rR\x04rung\"U\n" +
+	"\vProbeResult\x12\x12\n" +
+	"\x04rung\x18\x01 \x01(\rR\x04rung\x12\x1b\n" +
+	"\tdevice_ms\x18\x02 \x01(\x01R\bdeviceMs\x12\x15\n" +
+	"\x06cpu_ms\x18\x03 \x01(\x01R\x05cpuMsBBZ@github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3b\x06proto3"
 
 var (
 	file_workerv3_worker_proto_rawDescOnce sync.Once
@@ -1543,7 +1693,7 @@ func file_workerv3_worker_proto_rawDescGZIP() []byte {
 	return file_workerv3_worker_proto_rawDescData
 }
 
-var file_workerv3_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_workerv3_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_workerv3_worker_proto_goTypes = []any{
 	(*Request)(nil),        // 0: synapse.worker.v3.Request
 	(*Response)(nil),       // 1: synapse.worker.v3.Response
@@ -1566,6 +1716,8 @@ var file_workerv3_worker_proto_goTypes = []any{
 	(*Inventory)(nil),      // 18: synapse.worker.v3.Inventory
 	(*InventoryReply)(nil), // 19: synapse.worker.v3.InventoryReply
 	(*Error)(nil),          // 20: synapse.worker.v3.Error
+	(*Probe)(nil),          // 21: synapse.worker.v3.Probe
+	(*ProbeResult)(nil),    // 22: synapse.worker.v3.ProbeResult
 }
 var file_workerv3_worker_proto_depIdxs = []int32{
 	2,  // 0: synapse.worker.v3.Request.hello:type_name -> synapse.worker.v3.Hello
@@ -1575,23 +1727,25 @@ var file_workerv3_worker_proto_depIdxs = []int32{
 	12, // 4: synapse.worker.v3.Request.execute:type_name -> synapse.worker.v3.Execute
 	16, // 5: synapse.worker.v3.Request.cache_check:type_name -> synapse.worker.v3.CacheCheck
 	18, // 6: synapse.worker.v3.Request.inventory:type_name -> synapse.worker.v3.Inventory
-	3,  // 7: synapse.worker.v3.Response.hello:type_name -> synapse.worker.v3.HelloReply
-	5,  // 8: synapse.worker.v3.Response.loaded:type_name -> synapse.worker.v3.Loaded
-	9,  // 9: synapse.worker.v3.Response.admitted:type_name -> synapse.worker.v3.Admitted
-	11, // 10: synapse.worker.v3.Response.released:type_name -> synapse.worker.v3.Released
-	14, // 11: synapse.worker.v3.Response.reply:type_name -> synapse.worker.v3.Reply
-	17, // 12: synapse.worker.v3.Response.cache_status:type_name -> synapse.worker.v3.CacheStatus
-	19, // 13: synapse.worker.v3.Response.inventory:type_name -> synapse.worker.v3.InventoryReply
-	8,  // 14: synapse.worker.v3.Response.admit_progress:type_name -> synapse.worker.v3.AdmitProgress
-	20, // 15: synapse.worker.v3.Response.error:type_name -> synapse.worker.v3.Error
-	6,  // 16: synapse.worker.v3.Loaded.ane_cached_shapes:type_name -> synapse.worker.v3.CachedShapes
-	13, // 17: synapse.worker.v3.Execute.sequences:type_name -> synapse.worker.v3.Sequence
-	15, // 18: synapse.worker.v3.Reply.vectors:type_name -> synapse.worker.v3.Vector
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	21, // 7: synapse.worker.v3.Request.probe:type_name -> synapse.worker.v3.Probe
+	3,  // 8: synapse.worker.v3.Response.hello:type_name -> synapse.worker.v3.HelloReply
+	5,  // 9: synapse.worker.v3.Response.loaded:type_name -> synapse.worker.v3.Loaded
+	9,  // 10: synapse.worker.v3.Response.admitted:type_name -> synapse.worker.v3.Admitted
+	11, // 11: synapse.worker.v3.Response.released:type_name -> synapse.worker.v3.Released
+	14, // 12: synapse.worker.v3.Response.reply:type_name -> synapse.worker.v3.Reply
+	17, // 13: synapse.worker.v3.Response.cache_status:type_name -> synapse.worker.v3.CacheStatus
+	19, // 14: synapse.worker.v3.Response.inventory:type_name -> synapse.worker.v3.InventoryReply
+	8,  // 15: synapse.worker.v3.Response.admit_progress:type_name -> synapse.worker.v3.AdmitProgress
+	22, // 16: synapse.worker.v3.Response.probe_result:type_name -> synapse.worker.v3.ProbeResult
+	20, // 17: synapse.worker.v3.Response.error:type_name -> synapse.worker.v3.Error
+	6,  // 18: synapse.worker.v3.Loaded.ane_cached_shapes:type_name -> synapse.worker.v3.CachedShapes
+	13, // 19: synapse.worker.v3.Execute.sequences:type_name -> synapse.worker.v3.Sequence
+	15, // 20: synapse.worker.v3.Reply.vectors:type_name -> synapse.worker.v3.Vector
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_workerv3_worker_proto_init() }
@@ -1607,6 +1761,7 @@ func file_workerv3_worker_proto_init() {
 		(*Request_Execute)(nil),
 		(*Request_CacheCheck)(nil),
 		(*Request_Inventory)(nil),
+		(*Request_Probe)(nil),
 	}
 	file_workerv3_worker_proto_msgTypes[1].OneofWrappers = []any{
 		(*Response_Hello)(nil),
@@ -1617,6 +1772,7 @@ func file_workerv3_worker_proto_init() {
 		(*Response_CacheStatus)(nil),
 		(*Response_Inventory)(nil),
 		(*Response_AdmitProgress)(nil),
+		(*Response_ProbeResult)(nil),
 		(*Response_Error)(nil),
 	}
 	file_workerv3_worker_proto_msgTypes[5].OneofWrappers = []any{}
@@ -1627,7 +1783,7 @@ func file_workerv3_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_workerv3_worker_proto_rawDesc), len(file_workerv3_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

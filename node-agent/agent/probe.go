@@ -1,0 +1,145 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
+)
+
+// ProbeRatioLimit: a device time over this fraction of the CPU reference's means the model is
+// not running on the Neural Engine.
+const ProbeRatioLimit = 0.8
+
+// probe is one rung's runtime placement probe.
+type probe struct {
+	gen         int64
+	device, cpu time.Duration
+}
+
+func (p probe) ratio() float64 { return float64(p.device) / float64(p.cpu) }
+
+// probeLane probes every resident rung of the lane not yet probed on its current worker
+// generation. It leases only what is resident (it never loads anything) and returns a
+// ComputeUnitMismatchError for a rung that runs where it should not.
+func (a *Agent) probeLane(ctx context.Context, l *lane) error {
+	a.mu.Lock()
+	key, loaded := l.key, l.loaded
+	a.mu.Unlock()
+	if !loaded {
+		return nil
+	}
+	snap, ok := a.sup.Snapshot(key)
+	if !ok || !snap.Running {
+		return nil
+	}
+	for _, rung := range snap.Resident {
+		a.mu.Lock()
+		done := l.probes[rung].gen == snap.Generation
+		a.mu.Unlock()
+		if done {
+			continue
+		}
+		lease := a.sup.LeaseResident(key, rung)
+		if lease == nil {
+			continue // evicted meanwhile: probed when it loads again
+		}
+		device, cpu, err := lease.Probe(ctx)
+		gen := lease.Generation()
+		lease.Release()
+		if err != nil {
+			// A fault is recovered by the supervisor; the replacement is probed afresh.
+			a.cfg.Log.Info("the placement probe failed", "lane", key, "rung", rung, "error", err.Error())
+			continue
+		}
+		p := probe{gen: gen, device: device, cpu: cpu}
+		a.mu.Lock()
+		if l.probes == nil {
+			l.probes = map[int]probe{}
+		}
+		l.probes[rung] = p
+		a.mu.Unlock()
+		a.probeRatio.WithLabelValues(key, strconv.Itoa(rung)).Set(p.ratio())
+		a.cfg.Log.Info("placement probe", "lane", key, "rung", rung, "deviceMicros", device.Microseconds(), "cpuMicros", cpu.Microseconds(),
+			"ratio", fmt.Sprintf("%.2f", p.ratio()))
+		if p.ratio() > ProbeRatioLimit {
+			return &artifact.ComputeUnitMismatchError{Check: "probe", Message: fmt.Sprintf(
+				"rung %d ran in %s on the device and %s on the CPU reference: a ratio of %.2f, over %.1f, so it is not running on the Neural Engine",
+				rung, device, cpu, p.ratio(), ProbeRatioLimit)}
+		}
+	}
+	return nil
+}
+
+// probeLoop probes the lanes' newly resident rungs: after every scheduling pass and every
+// StatusInterval. A lane whose probe fails is unloaded and fails with the measurement.
+func (a *Agent) probeLoop(ctx context.Context) error {
+	ticker := a.cfg.Clock.NewTicker(a.cfg.StatusInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C():
+		case <-a.probeKick:
+		}
+		a.mu.Lock()
+		var lanes []*lane
+		for _, l := range a.lanes {
+			if l.loaded && l.state == laneReady {
+				lanes = append(lanes, l)
+			}
+		}
+		a.mu.Unlock()
+		for _, l := range lanes {
+			if err := a.probeLane(ctx, l); err != nil {
+				a.probeFailed(ctx, l, err)
+			}
+		}
+	}
+}
+
+// probeFailed unloads a lane whose probe failed: explicit ane never runs elsewhere.
+func (a *Agent) probeFailed(ctx context.Context, l *lane, err error) {
+	a.cfg.Log.Info("the placement probe failed; the lane is unloaded", "lane", l.key, "error", err.Error())
+	a.unload(ctx, l.placement, false)
+	a.mu.Lock()
+	l.retryAt = a.cfg.Clock.Now().Add(RetryInterval)
+	a.mu.Unlock()
+	a.fail(l, "ComputeUnitMismatch", err.Error())
+	go func() {
+		<-a.cfg.Clock.After(RetryInterval)
+		a.reconcileAll()
+	}()
+}
+
+// probeStatus is the lane's probes as the placement reports them.
+func probeStatus(probes map[int]probe) []v1.ProbeMeasurement {
+	var out []v1.ProbeMeasurement
+	for rung, p := range probes {
+		out = append(out, v1.ProbeMeasurement{Rung: v1.Rung(rung), DeviceMicroseconds: p.device.Microseconds(),
+			CPUMicroseconds: p.cpu.Microseconds(), Ratio: fmt.Sprintf("%.2f", p.ratio()), WorkerGeneration: p.gen})
+	}
+	slices.SortFunc(out, func(x, y v1.ProbeMeasurement) int { return int(x.Rung - y.Rung) })
+	return out
+}
