@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -91,5 +92,21 @@ func TestArtifactsBuildVerifyAndList(t *testing.T) {
 	out, err = runCmd(t, "artifacts", "list", root)
 	if err != nil || !strings.Contains(out, "gte") || !strings.Contains(out, "published") || !strings.Contains(out, "128 256") {
 		t.Fatalf("list: %v\n%s", err, out)
+	}
+}
+
+func TestTheANEBackendIsNeverReplacedByTheStandIn(t *testing.T) {
+	if runtime.GOOS == "darwin" && runtime.GOARCH == "arm64" {
+		t.Skip("on Apple silicon the ane backend reads the machine; this checks other systems")
+	}
+	_, err := platformOf(options{backend: "ane"})
+	if err == nil || !strings.Contains(err.Error(), "requires macOS on Apple silicon") || !strings.Contains(err.Error(), "--backend sim") {
+		t.Fatalf("the ane backend on %s/%s: %v", runtime.GOOS, runtime.GOARCH, err)
+	}
+	if _, err := platformOf(options{backend: "sim"}); err == nil || !strings.Contains(err.Error(), "--macos-build") {
+		t.Fatalf("sim without the build it reports: %v", err)
+	}
+	if _, err := platformOf(options{backend: "auto"}); err == nil {
+		t.Fatal("an unknown backend was accepted")
 	}
 }
