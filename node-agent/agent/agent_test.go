@@ -293,7 +293,7 @@ func TestALaneWhoseProbeSaysItRunsOnTheCPUIsUnloadedAndFails(t *testing.T) {
 		!strings.Contains(got.Status.LastFault.Message, "ComputeUnitMismatchError") || !strings.Contains(got.Status.LastFault.Message, "0.97") {
 		t.Fatalf("status %+v (fault %+v)", got.Status, got.Status.LastFault)
 	}
-	if _, err := a.Lookup("default/gte"); refusal.CodeOf(err) != refusal.EngineCrashed || !strings.Contains(err.Error(), "ComputeUnitMismatchError") {
+	if _, _, err := a.Lookup("default/gte"); refusal.CodeOf(err) != refusal.EngineCrashed || !strings.Contains(err.Error(), "ComputeUnitMismatchError") {
 		t.Fatalf("a request for the lane: %v", err)
 	}
 }
@@ -304,7 +304,7 @@ func TestLookupResolvesLaneNamesAndSaysWhyALaneCannotServe(t *testing.T) {
 		p := testPlacement(lane)
 		p.Namespace = ns
 		l := a.entry(p)
-		l.state, l.loaded = state, loaded
+		l.state, l.loaded, l.identity = state, loaded, testIdentity
 		l.api.Namespace, l.api.Name = ns, lane
 	}
 	add("team-a", "search", laneReady, true)
@@ -314,17 +314,21 @@ func TestLookupResolvesLaneNamesAndSaysWhyALaneCannotServe(t *testing.T) {
 	add("team-a", "going", laneRetiring, true)
 	add("team-a", "starting", laneLoading, false)
 
-	if l, err := a.Lookup("docs"); err != nil || l.Name != "docs" {
+	if l, byName, err := a.Lookup("docs"); err != nil || !byName || l[0].Name != "docs" {
 		t.Fatalf("a unique name: %+v, %v", l, err)
 	}
-	if l, err := a.Lookup("team-b/search"); err != nil || l.Namespace != "team-b" {
+	if l, byName, err := a.Lookup("team-b/search"); err != nil || !byName || l[0].Namespace != "team-b" {
 		t.Fatalf("namespace/name: %+v, %v", l, err)
+	}
+	// By model: the servable lanes of the model, for the API to route among.
+	if l, byName, err := a.Lookup("tiny"); err != nil || byName || len(l) != 3 {
+		t.Fatalf("by model: %d lanes, by name %v, %v", len(l), byName, err)
 	}
 	for model, want := range map[string]refusal.Code{
 		"search": refusal.InvalidRequest, "team-c/search": refusal.UnknownLane, "nothing": refusal.UnknownLane,
 		"paused": refusal.NodePaused, "going": refusal.LaneRetired, "starting": refusal.EngineCrashed,
 	} {
-		if _, err := a.Lookup(model); refusal.CodeOf(err) != want {
+		if _, _, err := a.Lookup(model); refusal.CodeOf(err) != want {
 			t.Errorf("%s: %v, want %s", model, err, want)
 		}
 	}

@@ -17,6 +17,7 @@ limitations under the License.
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,42 +75,68 @@ type lane struct {
 
 func laneKey(spec v1.LanePlacementSpec, namespace string) string { return namespace + "/" + spec.Lane }
 
-// Lookup implements httpapi.Catalog: "<namespace>/<lane>", or a lane name unique on the node.
-func (a *Agent) Lookup(model string) (httpapi.Lane, error) {
+// Lookup implements httpapi.Catalog: the lane "<namespace>/<lane>" or a lane name unique on
+// the node names; else every lane of the model of that name, which the API routes among.
+func (a *Agent) Lookup(model string) ([]httpapi.Lane, bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var found []*lane
+	var named, ofModel []*lane
 	for _, l := range a.lanes {
-		if l.key == model || (!strings.Contains(model, "/") && l.spec.Lane == model) {
-			found = append(found, l)
+		switch {
+		case l.key == model || (!strings.Contains(model, "/") && l.spec.Lane == model):
+			named = append(named, l)
+		case l.identity != nil && l.identity.Spec.Model.Name == model:
+			ofModel = append(ofModel, l)
 		}
 	}
 	switch {
-	case len(found) == 0:
-		return httpapi.Lane{}, refusal.New(refusal.UnknownLane, model, "no lane of that name is placed on node %s", a.cfg.NodeName)
-	case len(found) > 1:
-		keys := make([]string, len(found))
-		for i, l := range found {
+	case len(named) > 1:
+		keys := make([]string, len(named))
+		for i, l := range named {
 			keys[i] = l.key
 		}
 		slices.Sort(keys)
-		return httpapi.Lane{}, refusal.New(refusal.InvalidRequest, model, "several lanes of that name are placed here (%s); name one as <namespace>/<lane>", strings.Join(keys, ", "))
+		return nil, false, refusal.New(refusal.InvalidRequest, model, "several lanes of that name are placed here (%s); name one as <namespace>/<lane>", strings.Join(keys, ", "))
+	case len(named) == 1:
+		if err := a.servable(named[0]); err != nil {
+			return nil, false, err
+		}
+		return []httpapi.Lane{named[0].api}, true, nil
+	case len(ofModel) > 0:
+		var out []httpapi.Lane
+		var first error
+		for _, l := range ofModel {
+			if err := a.servable(l); err != nil {
+				first = cmp.Or(first, err)
+				continue
+			}
+			out = append(out, l.api)
+		}
+		if len(out) == 0 {
+			return nil, false, first
+		}
+		slices.SortFunc(out, func(x, y httpapi.Lane) int { return strings.Compare(x.Key, y.Key) })
+		return out, false, nil
 	}
-	l := found[0]
+	return nil, false, refusal.New(refusal.UnknownLane, model, "no lane or model of that name is placed on node %s", a.cfg.NodeName)
+}
+
+// servable says why a lane cannot take calls now, if it cannot. Callers hold mu.
+func (a *Agent) servable(l *lane) error {
 	switch l.state {
 	case lanePaused:
-		return httpapi.Lane{}, refusal.New(refusal.NodePaused, l.key, "node %s is paused and has unloaded its lanes", a.cfg.NodeName)
+		return refusal.New(refusal.NodePaused, l.key, "node %s is paused and has unloaded its lanes", a.cfg.NodeName)
 	case laneRetiring:
-		return httpapi.Lane{}, refusal.New(refusal.LaneRetired, l.key, "the lane is being unloaded from node %s", a.cfg.NodeName)
+		return refusal.New(refusal.LaneRetired, l.key, "the lane is being unloaded from node %s", a.cfg.NodeName)
 	}
 	if !l.loaded {
 		msg := "the lane's worker is starting"
 		if l.failure != nil {
 			msg = "the lane failed to load: " + l.failure.Message
 		}
-		return httpapi.Lane{}, refusal.New(refusal.EngineCrashed, l.key, "%s", msg)
+		return refusal.New(refusal.EngineCrashed, l.key, "%s", msg)
 	}
-	return l.api, nil
+	return nil
 }
 
 // modelSpec is the supervisor's view of a placement whose artifact is in dir.

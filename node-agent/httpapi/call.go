@@ -30,11 +30,6 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/serving"
 )
 
-// RoutingReason says why a call ran where it did. A call runs on the lane its model names, on
-// this node, each input on the smallest bucket that holds it: nothing is ever moved to another
-// lane, node, device or bucket.
-const RoutingReason = "model_names_lane/smallest_fitting_bucket"
-
 // ranOn says where a call ran: in the response body, and in headers.
 type ranOn struct {
 	Lane              string  `json:"lane"`
@@ -53,6 +48,7 @@ type call struct {
 	endpoint string
 	start    time.Time
 	lane     string // namespace/name, once resolved
+	reason   string // why it runs there
 	tokens   int
 	bucket   string // the largest bucket the call ran on
 }
@@ -78,19 +74,32 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-// lane resolves the request's model to a lane of this node that serves task.
-func (s *Server) lane(c *call, model, task string) (Lane, error) {
+// candidates resolves the request's model to the lanes that may serve it.
+func (s *Server) candidates(c *call, model, task string) ([]Lane, bool, error) {
 	if model == "" {
-		return Lane{}, badRequest("invalid_request", "model", "model is required: the lane, as <namespace>/<lane> or a lane name unique on this node")
+		return nil, false, badRequest("invalid_request", "model", "model is required: the lane, as <namespace>/<lane> or a lane name unique on this node, or a model the node serves")
 	}
-	lane, err := s.cfg.Catalog.Lookup(model)
+	lanes, byName, err := s.cfg.Catalog.Lookup(model)
+	if err != nil {
+		return nil, false, err
+	}
+	if byName {
+		c.lane = lanes[0].Namespace + "/" + lanes[0].Name
+		if lanes[0].Task != task {
+			return nil, false, badRequest(string(refusal.InvalidRequest), "model", fmt.Sprintf("lane %s serves %s, not %s", c.lane, lanes[0].Task, task))
+		}
+	}
+	return lanes, byName, nil
+}
+
+// route decides the call's lane before anything runs, and records why.
+func (s *Server) route(c *call, model, task string, lanes []Lane, byName bool, sequences [][]uint32) (Lane, error) {
+	lane, reason, err := route(model, task, lanes, byName, sequences)
 	if err != nil {
 		return Lane{}, err
 	}
-	c.lane = lane.Namespace + "/" + lane.Name
-	if lane.Task != task {
-		return Lane{}, badRequest(string(refusal.InvalidRequest), "model", fmt.Sprintf("lane %s serves %s, not %s", c.lane, lane.Task, task))
-	}
+	c.lane, c.reason = lane.Namespace+"/"+lane.Name, reason
+	s.metrics.routing.WithLabelValues(reason).Inc()
 	return lane, nil
 }
 
@@ -111,7 +120,7 @@ func (c *call) run(lane Lane, task string, sequences [][]uint32) (*serving.Resul
 
 func (c *call) ranOn(lane Lane, res *serving.Result) ranOn {
 	out := ranOn{Lane: c.lane, Node: c.s.cfg.Node, Device: lane.Device, Buckets: res.Buckets,
-		WorkerGenerations: res.Generations, RoutingReason: RoutingReason}
+		WorkerGenerations: res.Generations, RoutingReason: c.reason}
 	if len(res.Buckets) > 0 {
 		c.bucket = strconv.Itoa(res.Buckets[len(res.Buckets)-1])
 	}
@@ -121,7 +130,7 @@ func (c *call) ranOn(lane Lane, res *serving.Result) ranOn {
 	h.Set("X-Synapse-Device", out.Device)
 	h.Set("X-Synapse-Buckets", joinInts(res.Buckets))
 	h.Set("X-Synapse-Worker-Generations", joinInts(res.Generations))
-	h.Set("X-Synapse-Routing-Reason", RoutingReason)
+	h.Set("X-Synapse-Routing-Reason", c.reason)
 	return out
 }
 

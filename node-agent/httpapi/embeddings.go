@@ -71,7 +71,18 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		c.fail(badRequest("invalid_request", "encoding_format", fmt.Sprintf("encoding_format must be float or base64, not %q", req.EncodingFormat)))
 		return
 	}
-	lane, err := s.lane(c, req.Model, "embed")
+	lanes, byName, err := s.candidates(c, req.Model, "embed")
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	// The lanes of one model share its tokenizer.
+	sequences, err := parseInput(req.Input, lanes[0])
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	lane, err := s.route(c, req.Model, "embed", lanes, byName, sequences)
 	if err != nil {
 		c.fail(err)
 		return
@@ -79,11 +90,6 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	if req.Dimensions != nil && *req.Dimensions != lane.Dimensions {
 		c.fail(badRequest("unsupported_dimensions", "dimensions", fmt.Sprintf(
 			"lane %s/%s answers %d dimensions; %d were asked for and vectors are never shortened", lane.Namespace, lane.Name, lane.Dimensions, *req.Dimensions)))
-		return
-	}
-	sequences, err := parseInput(req.Input, lane)
-	if err != nil {
-		c.fail(err)
 		return
 	}
 	res, err := c.run(lane, "embed", sequences)

@@ -22,6 +22,7 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	inflight *prometheus.GaugeVec
+	routing  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,6 +41,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "API calls running or waiting on a lane (its queue depth).",
 		}, []string{"lane"}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.inflight)
+	m.routing = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "synapse_agent_routing_decisions_total",
+		Help: "Routing decisions by reason, made before each call runs.",
+	}, []string{"reason"})
+	reg.MustRegister(m.requests, m.latency, m.inflight, m.routing)
 	return m
 }

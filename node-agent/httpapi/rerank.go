@@ -91,19 +91,20 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 		}
 		texts[i] = t
 	}
-	lane, err := s.lane(c, req.Model, "rerank")
+	lanes, byName, err := s.candidates(c, req.Model, "rerank")
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	query := lane.Tokenizer.Encode(*req.Query)
+	tok := lanes[0].Tokenizer // the lanes of one model share its tokenizer
+	query := tok.Encode(*req.Query)
 	if len(query) == 0 {
 		c.fail(badRequest("invalid_request", "query", "the query has no tokens"))
 		return
 	}
 	sequences := make([][]uint32, len(texts))
 	for i, t := range texts {
-		doc := lane.Tokenizer.Encode(t)
+		doc := tok.Encode(t)
 		if len(doc) == 0 {
 			c.fail(&apiError{status: http.StatusUnprocessableEntity, code: string(refusal.UnsupportedShape), param: "documents",
 				message: fmt.Sprintf("documents[%d] has no tokens", i)})
@@ -112,6 +113,11 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 		seq := make([]uint32, 0, len(query)+1+len(doc))
 		seq = append(append(append(seq, query...), tokenizer.Separator), doc...)
 		sequences[i] = seq
+	}
+	lane, err := s.route(c, req.Model, "rerank", lanes, byName, sequences)
+	if err != nil {
+		c.fail(err)
+		return
 	}
 	res, err := c.run(lane, "rerank", sequences)
 	if err != nil {

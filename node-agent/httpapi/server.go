@@ -39,21 +39,27 @@ const MaxBodyBytes = 32 << 20
 
 // Lane is what the API needs of a lane served on this node.
 type Lane struct {
-	// Namespace and Name are the CatalogLane's; Key is the lane's name in serving.
-	Namespace, Name, Key string
-	Task                 string
-	Device               string
-	Ceiling              int
-	Dimensions           int
-	Tokenizer            tokenizer.Tokenizer
+	// Namespace and Name are the CatalogLane's; Key is the lane's name in serving; Model the
+	// model it serves.
+	Namespace, Name, Key, Model string
+	Task                        string
+	Device                      string
+	// Rungs are the lane's buckets, ascending; Ceiling the longest input it takes.
+	Rungs      []int
+	Ceiling    int
+	Dimensions int
+	Tokenizer  tokenizer.Tokenizer
 	// Deadline bounds a request from its arrival (the lane's requestDeadlineSeconds).
 	Deadline time.Duration
+	// Resident, if set, lists the buckets resident now (routing prefers them among equals).
+	Resident func() []int
 }
 
-// Catalog resolves a request's model to a lane of this node: "<namespace>/<lane>" or a lane
-// name that is unique on the node. It answers with a refusal when it cannot.
+// Catalog resolves a request's model to the lanes of this node that may serve it: the lane it
+// names ("<namespace>/<lane>", or a lane name unique on the node; byName), or else every lane
+// of that model, among which the API routes. It answers with a refusal when there is none.
 type Catalog interface {
-	Lookup(model string) (Lane, error)
+	Lookup(model string) (lanes []Lane, byName bool, err error)
 }
 
 // Runner runs composed calls (serving.Server).

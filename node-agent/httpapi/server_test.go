@@ -44,19 +44,31 @@ import (
 
 const dims = 16
 
-// fakeCatalog serves two lanes of namespace team.
+// fakeCatalog serves lanes of namespace team: embed and rerank by name, and the model "gte"
+// by three embed lanes with different ladders (short: 128..512 with 256 resident; also: the
+// same ladder, nothing resident; long: 1024..8192).
 type fakeCatalog struct{}
 
-func (fakeCatalog) Lookup(model string) (Lane, error) {
+func testLane(name, task string, rungs []int, resident ...int) Lane {
+	return Lane{Namespace: "team", Name: name, Key: "team/" + name, Model: "gte", Task: task, Device: "ane", Rungs: rungs,
+		Ceiling: rungs[len(rungs)-1], Dimensions: dims, Tokenizer: tokenizer.Sim{}, Deadline: 30 * time.Second,
+		Resident: func() []int { return resident }}
+}
+
+func (fakeCatalog) Lookup(model string) ([]Lane, bool, error) {
 	switch model {
 	case "team/embed", "embed":
-		return Lane{Namespace: "team", Name: "embed", Key: "team/embed", Task: "embed", Device: "ane", Ceiling: 512, Dimensions: dims,
-			Tokenizer: tokenizer.Sim{}, Deadline: 30 * time.Second}, nil
+		l := testLane("embed", "embed", []int{128, 256, 512})
+		return []Lane{l}, true, nil
 	case "team/rerank", "rerank":
-		return Lane{Namespace: "team", Name: "rerank", Key: "team/rerank", Task: "rerank", Device: "ane", Ceiling: 512, Dimensions: dims,
-			Tokenizer: tokenizer.Sim{}, Deadline: 30 * time.Second}, nil
+		return []Lane{testLane("rerank", "rerank", []int{128, 256, 512})}, true, nil
+	case "gte":
+		return []Lane{testLane("short", "embed", []int{128, 256, 512}, 256), testLane("also", "embed", []int{128, 256, 512}),
+			testLane("long", "embed", []int{1024, 2048, 4096, 8192})}, false, nil
+	case "solo":
+		return []Lane{testLane("solo", "embed", []int{128})}, false, nil
 	}
-	return Lane{}, refusal.New(refusal.UnknownLane, model, "no such lane on this node")
+	return nil, false, refusal.New(refusal.UnknownLane, model, "no such lane on this node")
 }
 
 // fakeRunner computes the sim model's outputs, or answers err.
@@ -178,12 +190,12 @@ func TestEmbeddingsAcceptEveryInputFormAndSayWhereTheyRan(t *testing.T) {
 			t.Fatalf("%s: %d embeddings", tc.input, n)
 		}
 		ran := body["synapse"].(map[string]any)
-		if ran["lane"] != "team/embed" || ran["node"] != "mac-1" || ran["device"] != "ane" || ran["routing_reason"] != RoutingReason {
+		if ran["lane"] != "team/embed" || ran["node"] != "mac-1" || ran["device"] != "ane" || ran["routing_reason"] != "model_names_lane/smallest_fitting_bucket" {
 			t.Fatalf("synapse field %v", ran)
 		}
 		h := resp.Header
 		if h.Get("X-Synapse-Lane") != "team/embed" || h.Get("X-Synapse-Node") != "mac-1" || h.Get("X-Synapse-Device") != "ane" ||
-			h.Get("X-Synapse-Buckets") != "128" || h.Get("X-Synapse-Worker-Generations") != "3" || h.Get("X-Synapse-Routing-Reason") != RoutingReason {
+			h.Get("X-Synapse-Buckets") != "128" || h.Get("X-Synapse-Worker-Generations") != "3" || h.Get("X-Synapse-Routing-Reason") != "model_names_lane/smallest_fitting_bucket" {
 			t.Fatalf("headers %v", h)
 		}
 	}
@@ -208,6 +220,53 @@ func TestTooManyInputsAreRefusedNotCut(t *testing.T) {
 	resp, body := post(t, ts.URL+"/v1/embeddings", `{"model": "embed", "input": `+string(many)+`}`)
 	if resp.StatusCode != 400 || body["error"].(map[string]any)["code"] != "too_many_inputs" || len(runner.calls) != 0 {
 		t.Fatalf("%d inputs: %d %v", MaxInputs+1, resp.StatusCode, body)
+	}
+}
+
+func TestAModelServedBySeveralLanesIsRoutedBeforeItRunsWithTheReasonRecorded(t *testing.T) {
+	ts, s, runner := newTestServer(t)
+	for _, tc := range []struct {
+		name, model string
+		input       string
+		lane        string
+		reason      string
+		status      int
+		code        string
+	}{
+		{"the model names a lane", "team/embed", idArray(10), "team/embed", ReasonLaneNamed, 200, ""},
+		{"one lane serves the model", "solo", idArray(10), "team/solo", ReasonOnlyLane, 200, ""},
+		{"only one lane takes the input", "gte", idArray(3000), "team/long", ReasonOnlyFittingLane, 200, ""},
+		{"a resident bucket breaks the tie", "gte", idArray(200), "team/short", ReasonResidentBucket, 200, ""},
+		{"the smallest bucket wins", "gte", idArray(300), "team/also", ReasonSmallestBucket, 200, ""},
+		{"no lane takes the input", "gte", idArray(9000), "", "", 422, "unsupported_shape"},
+		{"no lane takes it here either", "solo", idArray(129), "", "", 422, "unsupported_shape"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(runner.calls)
+			resp, body := post(t, ts.URL+"/v1/embeddings", `{"model": "`+tc.model+`", "input": `+tc.input+`}`)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("%d %v", resp.StatusCode, body)
+			}
+			if tc.status != 200 {
+				if body["error"].(map[string]any)["code"] != tc.code || len(runner.calls) != before {
+					t.Fatalf("%v; calls %d -> %d", body, before, len(runner.calls))
+				}
+				return
+			}
+			ran := body["synapse"].(map[string]any)
+			want := tc.reason + "/smallest_fitting_bucket"
+			if ran["lane"] != tc.lane || ran["routing_reason"] != want || resp.Header.Get("X-Synapse-Routing-Reason") != want {
+				t.Fatalf("ran on %v for %v, want %s for %s", ran["lane"], ran["routing_reason"], tc.lane, want)
+			}
+			if n := testutil.ToFloat64(s.metrics.routing.WithLabelValues(want)); n < 1 {
+				t.Fatalf("the decision %s was not counted", want)
+			}
+		})
+	}
+	// A model with lanes for another task only.
+	resp, body := post(t, ts.URL+"/v1/rerank", `{"model": "gte", "query": "q", "documents": ["d"]}`)
+	if resp.StatusCode != 400 || body["error"].(map[string]any)["code"] != "invalid_request" {
+		t.Fatalf("rerank on an embed-only model: %d %v", resp.StatusCode, body)
 	}
 }
 
