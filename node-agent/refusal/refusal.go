@@ -50,6 +50,9 @@ const (
 	WorkerRefused Code = "worker_refused"
 	// NodePaused: the node is paused and has unloaded every lane; resume it or call another.
 	NodePaused Code = "node_paused"
+	// BackendUnavailable: the lane's worker is dead and its replacement failed to start; every
+	// request fails with it until one serves, and none is sent to another worker or node.
+	BackendUnavailable Code = "backend_unavailable"
 )
 
 // Error is a refusal.

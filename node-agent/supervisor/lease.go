@@ -140,6 +140,9 @@ func (l *Lease) Release() {
 	fault := l.fault
 	l.mu.Unlock()
 	if fault != nil {
+		// No request leases this generation again, even before the scheduler applies the
+		// fault: its stream may be broken, and its recovery has begun.
+		l.m.faultedGen = max(l.m.faultedGen, l.gen)
 		s.events = append(s.events, func(now time.Time) { s.fault(now, l.m, l.gen, fault) })
 	}
 	// A release matters to the scheduler only if something waits for budget or a drain, or
@@ -165,6 +168,14 @@ func (s *Supervisor) Acquire(ctx context.Context, lane string, rung int, deadlin
 		if !m.fits(rung) {
 			s.mu.Unlock()
 			return nil, refusal.New(refusal.UnsupportedShape, lane, "rung %d is not in the lane's ladder %v", rung, m.spec.Rungs)
+		}
+		if m.state == recovering && m.spawnFailures > 0 {
+			// The worker is dead and its replacement failed to start: waiting would be for
+			// nothing. Every request fails loudly until one serves; none goes elsewhere.
+			gen, retry := m.gen, m.spawnRetryAt
+			s.mu.Unlock()
+			return nil, refusal.New(refusal.BackendUnavailable, lane, "worker generation %d is dead and its replacement failed to start; the next attempt is at %s, and the request is not sent elsewhere",
+				gen, retry.UTC().Format(time.RFC3339))
 		}
 		if l := s.tryLease(s.clk.Now(), m, rung, 0); l != nil {
 			s.mu.Unlock()
@@ -237,7 +248,7 @@ func (s *Supervisor) granted(ctx context.Context, l *Lease, ticket uint64) *Leas
 // budget head waits, unless member is a ticket of the shape's handoff cohort. Callers hold mu.
 func (s *Supervisor) tryLease(now time.Time, m *model, rung int, member compilequeue.Ticket) *Lease {
 	sh := m.shapes[rung]
-	if m.state != running || sh == nil || sh.state != resident {
+	if m.state != running || sh == nil || sh.state != resident || m.faultedGen == m.gen {
 		return nil
 	}
 	inCohort := member != 0 && sh.cohort.protects(now) && sh.cohort.members[member]

@@ -373,3 +373,40 @@ func TestALoadTheDeviceRefusesForResourcesEvictsAndRetriesOnce(t *testing.T) {
 		t.Fatalf("got %v, want ane_resources_exhausted after one retry", r.err)
 	}
 }
+
+func TestADeadWorkerWhoseReplacementFailsToStartFailsEveryRequestBackendUnavailable(t *testing.T) {
+	h := newHarness(t, 100)
+	h.load("a")
+	h.resident("a", 128).Release()
+	h.spawner.mu.Lock()
+	h.spawner.nextSpawnErr = errors.New("the worker binary is gone")
+	h.spawner.mu.Unlock()
+	if err := h.faultAnExchange("a", 1); refusal.CodeOf(err) != refusal.EngineCrashed {
+		t.Fatalf("faulted exchange: %v", err)
+	}
+	eventually(t, "the replacement failed to start", h.state(func(s *Supervisor) bool { return s.models["a"].spawnFailures > 0 }))
+
+	// Every request now fails at once, loudly; none waits for a worker that is not coming.
+	for range 3 {
+		_, err := h.s.Acquire(h.ctx, "a", 128, time.Time{})
+		if refusal.CodeOf(err) != refusal.BackendUnavailable {
+			t.Fatalf("a request while the worker is dead: %v", err)
+		}
+	}
+	// The retry, a second later, spawns a replacement, which serves again. (Fake time moves on
+	// until it has: the retry's timer may be set after any one step.)
+	eventually(t, "the replacement is connected", func() bool {
+		if snap, _ := h.s.Snapshot("a"); snap.Running && snap.Generation == 2 {
+			return true
+		}
+		h.clk.Step(100 * time.Millisecond)
+		return false
+	})
+	got := h.acquire("a", 128)
+	h.admitWaiting()
+	if a := h.got(got); a.err != nil {
+		t.Fatalf("after recovery: %v", a.err)
+	} else {
+		a.lease.Release()
+	}
+}

@@ -54,8 +54,9 @@ type model struct {
 	busy int
 	// exiting: the worker's exit is being confirmed. spawning: a replacement is starting.
 	exiting, spawning bool
-	// exitedGen is the newest generation whose exit is confirmed.
-	exitedGen int64
+	// exitedGen is the newest generation whose exit is confirmed; faultedGen the newest whose
+	// fault a released lease reported (it is leased no more).
+	exitedGen, faultedGen int64
 	// spawnRetryAt is when a failed replacement spawn is tried again; spawnFailures counts
 	// consecutive failures for the backoff.
 	spawnRetryAt  time.Time

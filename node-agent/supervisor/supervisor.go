@@ -163,7 +163,7 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 	}()
 	var timer clock.Timer
 	for {
-		now, next := s.pass()
+		_, next := s.pass()
 
 		if timer != nil {
 			timer.Stop()
@@ -171,7 +171,19 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 		}
 		var fire <-chan time.Time
 		if !next.IsZero() {
-			timer = s.clk.NewTimer(next.Sub(now))
+			// Measured from the clock's time now, not the pass's: time that passed during the
+			// pass must not push the wake-up later than next.
+			d := next.Sub(s.clk.Now())
+			if d <= 0 {
+				// Already due: pass again at once (a fake clock never fires a zero timer).
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				default:
+				}
+				continue
+			}
+			timer = s.clk.NewTimer(d)
 			fire = timer.C()
 		}
 		select {
