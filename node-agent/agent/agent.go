@@ -173,7 +173,7 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 8) // one per goroutine below, with room to spare
 	goRun := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {

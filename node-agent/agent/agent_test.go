@@ -77,7 +77,7 @@ func testPlacement(lane string) *v1.LanePlacement {
 			Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
 }
 
-// newTestAgent runs an agent's supervisor over real sim workers, on a fake clock, with a fake
+// newTestAgent runs an agent's supervisor over real sim workers, its status writer on a fake clock, and a fake
 // API server holding its MacNode and the given placements; writes counts the status patches.
 func newTestAgent(t *testing.T, placements ...*v1.LanePlacement) (*Agent, *clocktesting.FakeClock, *atomic.Int64) {
 	return newTestAgentWithEnv(t, nil, placements...)
