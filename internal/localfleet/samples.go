@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -30,15 +31,21 @@ import (
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 )
 
-// ApplySamples creates every object of every YAML file in dir (kustomization.yaml aside), in
-// file-name order, which puts identities before the lanes that use them. A CertifiedIdentity
-// approves the worker binary the fleet's Macs run: its binaryDigest is set to that binary's,
-// as a release engineer certifying this build would, and its artifact is installed on the Macs.
+// ApplySamples creates every object of every YAML file in dir (kustomization.yaml aside):
+// certified identities first, each with its artifact installed on the Macs, then everything
+// else, then the lanes, so a lane is placed only once what it needs exists. A CertifiedIdentity
+// approves the worker binary the fleet's Macs run: its binaryDigest is set to that binary's, as
+// a release engineer certifying this build would.
 func (f *Fleet) ApplySamples(ctx context.Context, dir string) error {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
 		return err
 	}
+	type doc struct {
+		file string
+		obj  *unstructured.Unstructured
+	}
+	var docs []doc
 	for _, file := range files {
 		if filepath.Base(file) == "kustomization.yaml" {
 			continue
@@ -47,30 +54,43 @@ func (f *Fleet) ApplySamples(ctx context.Context, dir string) error {
 		if err != nil {
 			return err
 		}
-		for _, doc := range strings.Split(string(data), "\n---\n") {
+		for _, text := range strings.Split(string(data), "\n---\n") {
 			obj := &unstructured.Unstructured{}
-			if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+			if err := yaml.Unmarshal([]byte(text), &obj.Object); err != nil {
 				return fmt.Errorf("%s: %w", file, err)
 			}
-			if len(obj.Object) == 0 {
-				continue
+			if len(obj.Object) != 0 {
+				docs = append(docs, doc{file, obj})
 			}
-			if obj.GetKind() == "CertifiedIdentity" {
-				if err := unstructured.SetNestedField(obj.Object, string(f.WorkerDigest), "spec", "worker", "binaryDigest"); err != nil {
-					return fmt.Errorf("%s: %w", file, err)
-				}
+		}
+	}
+	rank := func(kind string) int {
+		switch kind {
+		case "CertifiedIdentity":
+			return 0
+		case "CatalogLane":
+			return 2
+		}
+		return 1
+	}
+	slices.SortStableFunc(docs, func(a, b doc) int { return rank(a.obj.GetKind()) - rank(b.obj.GetKind()) })
+	for _, d := range docs {
+		obj := d.obj
+		if obj.GetKind() == "CertifiedIdentity" {
+			if err := unstructured.SetNestedField(obj.Object, string(f.WorkerDigest), "spec", "worker", "binaryDigest"); err != nil {
+				return fmt.Errorf("%s: %w", d.file, err)
 			}
-			if err := f.Client.Create(ctx, obj); err != nil {
-				return fmt.Errorf("%s: %w", file, err)
+		}
+		if err := f.Client.Create(ctx, obj); err != nil {
+			return fmt.Errorf("%s: %w", d.file, err)
+		}
+		if obj.GetKind() == "CertifiedIdentity" {
+			id := &v1.CertifiedIdentity{}
+			if err := f.Client.Get(ctx, client.ObjectKey{Name: obj.GetName()}, id); err != nil {
+				return err
 			}
-			if obj.GetKind() == "CertifiedIdentity" {
-				id := &v1.CertifiedIdentity{}
-				if err := f.Client.Get(ctx, client.ObjectKey{Name: obj.GetName()}, id); err != nil {
-					return err
-				}
-				if err := f.InstallArtifact(id); err != nil {
-					return err
-				}
+			if err := f.InstallArtifact(id); err != nil {
+				return err
 			}
 		}
 	}

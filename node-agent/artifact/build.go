@@ -57,9 +57,26 @@ type golden struct {
 var goldenInputs = [][]uint32{{1, 2, 3}, {7}, {101, 2023, 2003, 1037, 3231, 102}}
 
 // BuildSim writes a sim artifact into dir (which must not exist): its parameters, the goldens
-// computed from them, and its manifest, written last.
-func BuildSim(dir string, spec SimSpec) (*Manifest, error) {
-	if err := os.Mkdir(dir, 0o755); err != nil {
+// computed from them, and its manifest. It is built beside dir and moved into place with one
+// rename, so a loader never sees half of it.
+func BuildSim(dir string, spec SimSpec) (m *Manifest, err error) {
+	if _, err := os.Lstat(dir); err == nil {
+		return nil, fmt.Errorf("%s exists", dir)
+	}
+	final := dir
+	dir, err = os.MkdirTemp(filepath.Dir(final), "."+filepath.Base(final)+".building-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err == nil {
+			err = os.Rename(dir, final)
+		}
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
 	}
 	params, err := json.Marshal(simParams{Seed: spec.Seed, Layers: spec.Layers, Dimensions: spec.Dimensions})
@@ -75,7 +92,7 @@ func BuildSim(dir string, spec SimSpec) (*Manifest, error) {
 		return nil, err
 	}
 	files := map[string][]byte{"params.json": params, "goldens.json": goldenData}
-	m := &Manifest{SchemaVersion: SchemaVersion, Model: spec.Model, Revision: spec.Revision, CheckpointDigest: spec.CheckpointDigest,
+	m = &Manifest{SchemaVersion: SchemaVersion, Model: spec.Model, Revision: spec.Revision, CheckpointDigest: spec.CheckpointDigest,
 		ConversionPolicy: spec.ConversionPolicy, ConverterVersion: spec.ConverterVersion, GraphDigest: digest(params), Backend: "sim",
 		Rungs: spec.Rungs, Layers: spec.Layers, Dimensions: spec.Dimensions, Precision: PrecisionFP16, ComputeUnits: ComputeUnitsCPUAndNE,
 		Platform: spec.Platform, Files: map[string]string{},

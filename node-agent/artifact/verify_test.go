@@ -263,3 +263,19 @@ func TestAnUnpublishedImportIsMissingNotCorrupt(t *testing.T) {
 		t.Fatalf("no directory: %v", err)
 	}
 }
+
+func TestABuildIsAllOrNothing(t *testing.T) {
+	root := t.TempDir()
+	bad := spec
+	bad.Model = "" // the manifest does not verify: nothing may be left behind
+	if _, err := BuildSim(filepath.Join(root, "bad"), bad); err == nil {
+		t.Fatal("a build with no model succeeded")
+	}
+	if entries, _ := os.ReadDir(root); len(entries) != 0 {
+		t.Fatalf("a failed build left %v", entries)
+	}
+	dir := build(t)
+	if _, err := BuildSim(dir, spec); err == nil {
+		t.Fatal("a build over an existing artifact succeeded")
+	}
+}
