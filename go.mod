@@ -3,6 +3,7 @@ module github.com/ck-synapse/synapse-fleet
 go 1.26.0
 
 require (
+	github.com/ebitengine/purego v0.11.3
 	github.com/go-logr/logr v1.4.3
 	github.com/onsi/ginkgo/v2 v2.34.0
 	github.com/onsi/gomega v1.44.0

@@ -1,0 +1,80 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package ane
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/ebitengine/purego"
+	"github.com/ebitengine/purego/objc"
+)
+
+// frameworks are loaded in this order; the private one last.
+var frameworks = []string{
+	"/System/Library/Frameworks/Foundation.framework/Foundation",
+	"/System/Library/Frameworks/CoreFoundation.framework/CoreFoundation",
+	"/System/Library/Frameworks/IOSurface.framework/IOSurface",
+	"/System/Library/PrivateFrameworks/AppleNeuralEngine.framework/AppleNeuralEngine",
+}
+
+// Runtime is the loaded private framework with every class and selector it needs probed.
+type Runtime struct {
+	classes map[string]objc.Class
+}
+
+var (
+	openOnce sync.Once
+	opened   *Runtime
+	openErr  error
+)
+
+// Open loads the frameworks and checks, with respondsToSelector: and
+// instancesRespondToSelector:, that every private class and selector the package calls
+// exists. It is done once per process.
+func Open() (*Runtime, error) {
+	openOnce.Do(func() { opened, openErr = open() })
+	return opened, openErr
+}
+
+func open() (*Runtime, error) {
+	for _, path := range frameworks {
+		if _, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL); err != nil {
+			return nil, fmt.Errorf("%w: loading %s: %v", ErrUnsupported, path, err)
+		}
+	}
+	r := &Runtime{classes: map[string]objc.Class{}}
+	responds := objc.RegisterName("respondsToSelector:")
+	instancesRespond := objc.RegisterName("instancesRespondToSelector:")
+	for _, m := range required {
+		cls, ok := r.classes[m.class]
+		if !ok {
+			if cls = objc.GetClass(m.class); cls == 0 {
+				return nil, &MissingError{Class: m.class}
+			}
+			r.classes[m.class] = cls
+		}
+		probe := responds
+		if m.instance {
+			probe = instancesRespond
+		}
+		if !objc.Send[bool](objc.ID(cls), probe, objc.RegisterName(m.selector)) {
+			return nil, &MissingError{Class: m.class, Selector: m.selector, Instance: m.instance}
+		}
+	}
+	return r, nil
+}
