@@ -52,6 +52,9 @@ func Open() (*Runtime, error) {
 }
 
 func open() (*Runtime, error) {
+	if err := loadPoolFuncs(); err != nil {
+		return nil, err
+	}
 	for _, path := range frameworks {
 		if _, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL); err != nil {
 			return nil, fmt.Errorf("%w: loading %s: %v", ErrUnsupported, path, err)

@@ -19,6 +19,8 @@ package ane
 import (
 	"errors"
 	"testing"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
 )
 
 // TestOpenProbesEveryPrivateMethod runs on a Mac: the frameworks load and every private class
@@ -38,5 +40,57 @@ func TestOpenProbesEveryPrivateMethod(t *testing.T) {
 		t.Skipf("no Neural Engine here: %v", err)
 	default:
 		t.Fatalf("Open: an untyped error %v", err)
+	}
+}
+
+// TestALinearLayerCompilesLoadsAndIsCachedTheSecondTime runs on a Mac with a Neural Engine:
+// one small layer is compiled (unless aned already holds it) and loaded; the same program built
+// again has the same identifier, and aned holds it.
+func TestALinearLayerCompilesLoadsAndIsCachedTheSecondTime(t *testing.T) {
+	r, err := Open()
+	if err != nil {
+		t.Skipf("no usable Neural Engine: %v", err)
+	}
+	w := make([]float32, 64*64)
+	for i := range w {
+		w[i] = float32(i%5-2) / 8
+	}
+	p, err := mil.Linear{In: 64, Out: 64, Seq: 64, Weights: w}.Program()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.NewModel(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Identifier() == "" {
+		t.Fatal("no content identifier")
+	}
+	cached, err := m.Cached()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cached {
+		if err := m.Compile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unload(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := r.NewModel(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if again.Identifier() != m.Identifier() {
+		t.Fatalf("the same program has identifiers %s and %s", m.Identifier(), again.Identifier())
+	}
+	if cached, err := again.Cached(); err != nil || !cached {
+		t.Fatalf("aned does not hold the compiled program: %v, %v", cached, err)
 	}
 }

@@ -48,3 +48,15 @@ func TestEveryRequiredMethodIsProbedOnce(t *testing.T) {
 		t.Fatalf("%d methods: the call sequence needs at least 10", len(required))
 	}
 }
+
+func TestACallErrorSaysWhichCallAndWhatTheFrameworkSaid(t *testing.T) {
+	e := &CallError{Call: "load", Domain: "com.apple.appleneuralengine", Code: 0x20004, Detail: "program memory full", ResourcesExhausted: true}
+	for _, want := range []string{"load failed", "com.apple.appleneuralengine 131076", "program memory full"} {
+		if !strings.Contains(e.Error(), want) {
+			t.Errorf("%q lacks %q", e.Error(), want)
+		}
+	}
+	if !loadResourceCodes[0x20004] {
+		t.Fatal("a full device address window is not a resource refusal")
+	}
+}
