@@ -18,18 +18,13 @@ package localfleet
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
-
-	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 )
 
 // Build compiles synapse-controller, synapse-agent and synapse-ane-worker into dir.
@@ -48,20 +43,6 @@ func Build(dir string) error {
 		}
 	}
 	return nil
-}
-
-// fileDigest is the SHA-256 of a file, as a worker reports its own binary's.
-func fileDigest(path string) (v1.Sha256Digest, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return v1.Sha256Digest("sha256:" + hex.EncodeToString(h.Sum(nil))), nil
 }
 
 // freePort asks the kernel for a free TCP port on ip.

@@ -150,9 +150,11 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if err := f.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.LeaseNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return f, err
 	}
-	if f.WorkerDigest, err = fileDigest(filepath.Join(opts.Bin, "synapse-ane-worker")); err != nil {
+	digest, err := artifact.FileSHA256(filepath.Join(opts.Bin, "synapse-ane-worker"))
+	if err != nil {
 		return f, fmt.Errorf("the worker binary (run 'make build'): %w", err)
 	}
+	f.WorkerDigest = v1.Sha256Digest(digest)
 	if err := f.startController(ctx); err != nil {
 		return f, err
 	}

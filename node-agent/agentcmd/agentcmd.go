@@ -19,12 +19,9 @@ limitations under the License.
 package agentcmd
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -128,7 +125,7 @@ func run(cmd *cobra.Command, o options) error {
 		}
 		o.workerBinary = filepath.Join(filepath.Dir(self), "synapse-ane-worker")
 	}
-	digest, err := fileDigest(o.workerBinary)
+	digest, err := artifact.FileSHA256(o.workerBinary)
 	if err != nil {
 		return fmt.Errorf("the worker binary: %w", err)
 	}
@@ -219,20 +216,6 @@ func chipFamily(chip string) string {
 		}
 	}
 	return ""
-}
-
-// fileDigest is the SHA-256 of a file, as identities pin the worker binary.
-func fileDigest(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func firstIPv4() (string, error) {

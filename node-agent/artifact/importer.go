@@ -98,7 +98,7 @@ func (im Importer) Import(path, wantSHA string, force bool) (res *ImportResult, 
 		return nil, err
 	}
 	if wantSHA != "" {
-		got, err := fileSHA256(path)
+		got, err := FileSHA256(path)
 		if err != nil {
 			return nil, err
 		}

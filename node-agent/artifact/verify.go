@@ -253,7 +253,7 @@ func checkFiles(dir string, m *Manifest) error {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		got, err := fileSHA256(filepath.Join(dir, filepath.FromSlash(name)))
+		got, err := FileSHA256(filepath.Join(dir, filepath.FromSlash(name)))
 		if err != nil {
 			return integrity("files", "file %s: %v", name, err)
 		}
@@ -264,7 +264,9 @@ func checkFiles(dir string, m *Manifest) error {
 	return nil
 }
 
-func fileSHA256(path string) (string, error) {
+// FileSHA256 is the "sha256:<hex>" digest of a regular file (a link is refused), as manifests,
+// identities and repository indexes write it.
+func FileSHA256(path string) (string, error) {
 	info, err := os.Lstat(path)
 	if err != nil {
 		return "", err

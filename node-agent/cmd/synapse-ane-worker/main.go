@@ -22,11 +22,8 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -34,6 +31,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/simane"
 	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
 )
@@ -101,14 +99,5 @@ func selfDigest() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	return artifact.FileSHA256(path)
 }
