@@ -42,6 +42,7 @@ manifests: controller-gen ## Generate the CRDs and RBAC, and copy the CRDs into 
 	$(CONTROLLER_GEN) rbac:roleName=synapse-agent paths="./node-agent/agent/..." output:rbac:artifacts:config=config/agent
 	rm -f $(CHART_CRDS)/*.yaml && mkdir -p $(CHART_CRDS) && cp config/crd/bases/*.yaml $(CHART_CRDS)/
 	cp config/rbac/role.yaml charts/synapse-fleet/files/role.yaml
+	cp config/agent/role.yaml charts/synapse-fleet/files/agent-role.yaml
 
 .PHONY: generate
 generate: controller-gen ## Generate the deepcopy code.
