@@ -66,7 +66,7 @@ test: envtest vet ## Run every test suite (unit, envtest, e2e) with the race det
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench
-bench: envtest ## Run the benchmarks (the fleet ones against a local control plane).$
+bench: envtest ## Run the benchmarks (the fleet ones against a local control plane).
 	go test -run '^$$' -bench . -benchmem ./...
 	go test -run '^$$' -bench LeaseResident -benchmem -cpu 1,2 ./node-agent/supervisor
 
