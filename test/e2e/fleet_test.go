@@ -117,6 +117,41 @@ var _ = Describe("The fleet", func() {
 		Expect(body["error"].(map[string]any)["message"]).To(ContainSubstring("ArtifactIntegrityError"))
 	})
 
+	It("should route a request that names a model to the lane whose bucket fits it, and say why", func() {
+		id := createIdentityOf("routed-25b78", "routed", "1")
+		short := newLane(v1.TaskEmbed, 3, func(s *v1.CatalogLaneSpec) {
+			s.IdentityRef.Name, s.Model, s.Rungs = id.Name, "routed", []v1.Rung{128, 512}
+		})
+		long := newLane(v1.TaskEmbed, 3, func(s *v1.CatalogLaneSpec) {
+			s.IdentityRef.Name, s.Model, s.Rungs = id.Name, "routed", []v1.Rung{1024, 2048}
+		})
+		readyOn(short)
+		readyOn(long)
+		for _, tc := range []struct {
+			tokens int
+			lane   *v1.CatalogLane
+			reason string
+			status int
+			bucket string
+		}{
+			{300, short, "smallest_fitting_bucket/smallest_fitting_bucket", 200, "512"},
+			{900, long, "only_lane_that_fits/smallest_fitting_bucket", 200, "1024"},
+			{3000, nil, "", 422, ""},
+		} {
+			status, h, body := call("mac-a", "/v1/embeddings", map[string]any{"model": "routed", "input": tokens(tc.tokens)})
+			Expect(status).To(Equal(tc.status), "%d tokens: %v", tc.tokens, body)
+			if tc.lane == nil {
+				Expect(errorCode(body)).To(Equal("unsupported_shape"))
+				continue
+			}
+			Expect(h.Get("X-Synapse-Lane")).To(Equal(key(tc.lane)), "%d tokens", tc.tokens)
+			Expect(h.Get("X-Synapse-Routing-Reason")).To(Equal(tc.reason))
+			Expect(h.Get("X-Synapse-Buckets")).To(Equal(tc.bucket))
+			Expect(body["synapse"]).To(HaveKeyWithValue("routing_reason", tc.reason))
+		}
+		Expect(metric("mac-a", "synapse_agent_routing_decisions_total", map[string]string{"reason": "only_lane_that_fits/smallest_fitting_bucket"})).To(BeNumerically(">=", 1))
+	})
+
 	It("should rerank documents by relevance with each document's input index", func() {
 		l := newLane(v1.TaskRerank, 1)
 		node := readyOn(l)[0]

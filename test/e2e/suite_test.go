@@ -103,11 +103,17 @@ var _ = BeforeSuite(func() {
 // artifact on the Macs of its macOS build.
 func createIdentity(name, rev string) *v1.CertifiedIdentity {
 	GinkgoHelper()
+	return createIdentityOf(name, "tiny", rev)
+}
+
+// createIdentityOf is createIdentity for a model of another name.
+func createIdentityOf(name, model, rev string) *v1.CertifiedIdentity {
+	GinkgoHelper()
 	digest := fleet.WorkerDigest
 	id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.CertifiedIdentitySpec{
 		Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
-		Model:            v1.ModelIdentity{Name: "tiny", Revision: rev, CheckpointDigest: digest, Layers: layers, HiddenSize: 64, EmbeddingDimensions: dims},
-		ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: digest}, MacOSBuild: "25B78", VectorSpaceID: "tiny/" + rev}}
+		Model:            v1.ModelIdentity{Name: model, Revision: rev, CheckpointDigest: digest, Layers: layers, HiddenSize: 64, EmbeddingDimensions: dims},
+		ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: digest}, MacOSBuild: "25B78", VectorSpaceID: model + "/" + rev}}
 	Expect(kube.Create(ctx, id)).To(Succeed())
 	Expect(fleet.InstallArtifact(id)).To(Succeed())
 	return id
