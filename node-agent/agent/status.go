@@ -123,7 +123,7 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 		a.mu.Unlock()
 		return false
 	}
-	state, loaded, laneKey, failure := l.state, l.loaded, l.key, l.failure
+	state, loaded, supKey, failure := l.state, l.loaded, l.key, l.failure
 	verifyReason, verifyMessage, verified := l.verifyReason, l.verifyMessage, l.verified
 	probes := probeStatus(l.probes)
 	a.mu.Unlock()
@@ -133,7 +133,7 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 	st.ObservedGeneration = p.Generation
 	var snap supervisor.LaneSnapshot
 	if loaded {
-		snap, loaded = a.sup.Snapshot(laneKey)
+		snap, loaded = a.sup.Snapshot(supKey)
 	}
 	st.ResidentShapes, st.CachedShapes, st.Compile, st.Prewarm = toRungs(snap.Resident), toRungs(snap.Cached), nil, nil
 	st.Probes = probes
@@ -143,7 +143,7 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 			st.Compile = &v1.CompileProgress{Rung: v1.Rung(c.Rung), LayersDone: int32(c.LayersDone), LayersTotal: int32(c.LayersTotal),
 				PredictedReadyTime: ptrTime(c.PredictedDone)}
 		}
-		if pw, ok := a.sup.Prewarmed(laneKey); ok {
+		if pw, ok := a.sup.Prewarmed(supKey); ok {
 			st.Prewarm = &v1.PrewarmSummary{State: pw.State, Loaded: toRungs(pw.Loaded), LoadedFromCache: int32(pw.LoadedFromCache),
 				Compiled: int32(pw.Compiled), AlreadyResident: int32(pw.AlreadyResident), SkippedForBudget: int32(pw.SkippedForBudget),
 				Failed: int32(pw.Failed), TotalMilliseconds: pw.Total.Milliseconds()}

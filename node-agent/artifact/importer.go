@@ -153,15 +153,11 @@ func (im Importer) Import(path, wantSHA string, force bool) (res *ImportResult, 
 	want := Want{Model: m.Model, Revision: m.Revision, CheckpointDigest: m.CheckpointDigest, ConversionPolicy: m.ConversionPolicy,
 		Backend: im.Backend, Platform: im.Machine, ConverterVersion: im.ConverterVersion, Rungs: m.Rungs}
 	// Verified on the staged copy: platform profile, backend, every file's hash, the plan.
-	os.Remove(filepath.Join(staging, importMarker))
 	if _, err := verify(staging, want); err != nil {
 		setDir(err, path)
 		return nil, err
 	}
 	os.Remove(filepath.Join(staging, StampFile))
-	if err := os.WriteFile(filepath.Join(staging, importMarker), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		return nil, err
-	}
 	dest, err := Path(im.Root, m.Model, m.Revision, m.ConversionPolicy.Name)
 	if err != nil {
 		return nil, err

@@ -36,7 +36,7 @@ func packTo(dir string, w io.Writer) error {
 		}
 		rel, _ := filepath.Rel(dir, p)
 		rel = filepath.ToSlash(rel)
-		if rel == "." || d.IsDir() || isStamp(rel) {
+		if rel == "." || d.IsDir() || isBookkeeping(rel) {
 			return nil
 		}
 		info, err := d.Info()

@@ -191,7 +191,7 @@ func stampKey(dir string, want Want) (string, error) {
 		}
 		rel, _ := filepath.Rel(dir, path)
 		rel = filepath.ToSlash(rel)
-		if rel == "." || d.IsDir() || isStamp(rel) {
+		if rel == "." || d.IsDir() || isBookkeeping(rel) {
 			return nil
 		}
 		info, err := os.Lstat(path)
@@ -212,9 +212,10 @@ func stampKey(dir string, want Want) (string, error) {
 	return "stamp-v1 " + hex.EncodeToString(sum[:]), nil
 }
 
-// isStamp: the stamp is the verifier's own, and a torn write of it is harmless.
-func isStamp(rel string) bool {
-	return rel == StampFile || strings.HasPrefix(rel, "."+StampFile+".tmp-")
+// isBookkeeping: the stamp (and a torn write of it) is the verifier's own and the import
+// marker the importer's; neither is part of the artifact.
+func isBookkeeping(rel string) bool {
+	return rel == StampFile || strings.HasPrefix(rel, "."+StampFile+".tmp-") || rel == importMarker
 }
 
 // checkFiles hashes every file the manifest lists and refuses any other file in the artifact.
@@ -230,7 +231,7 @@ func checkFiles(dir string, m *Manifest) error {
 			return nil
 		case d.IsDir():
 			return nil
-		case rel == ManifestFile || isStamp(rel):
+		case rel == ManifestFile || isBookkeeping(rel):
 			return nil
 		case !d.Type().IsRegular():
 			return integrity("files", "%s is not a regular file", rel)

@@ -48,9 +48,6 @@ type Linear struct {
 
 // Program emits the layer.
 func (l Linear) Program() (Program, error) {
-	if len(l.Weights) != l.In*l.Out {
-		return Program{}, fmt.Errorf("%d weights for a %dx%d layer", len(l.Weights), l.Out, l.In)
-	}
 	g, x := NewGraph(l.In, l.Seq)
 	return g.Program(g.Linear("y", x, l.Out, l.Weights))
 }

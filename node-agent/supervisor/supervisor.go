@@ -163,7 +163,7 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 	}()
 	var timer clock.Timer
 	for {
-		_, next := s.pass()
+		next := s.pass()
 
 		if timer != nil {
 			timer.Stop()
@@ -197,20 +197,20 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 
 // pass applies the reported outcomes and runs one scheduling pass. The deferred unlock matters:
 // a panic in here must not leave mu held for stop.
-func (s *Supervisor) pass() (now, next time.Time) {
+func (s *Supervisor) pass() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now = s.clk.Now()
+	now := s.clk.Now()
 	events := s.events
 	s.events = nil
 	for _, ev := range events {
 		ev(now)
 	}
-	next = s.schedule(now)
+	next := s.schedule(now)
 	if s.onChange != nil {
 		s.onChange()
 	}
-	return now, next
+	return next
 }
 
 // stop answers every waiting request engine_crashed and refuses all later ones.
