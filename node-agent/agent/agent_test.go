@@ -298,6 +298,40 @@ func TestALaneWhoseProbeSaysItRunsOnTheCPUIsUnloadedAndFails(t *testing.T) {
 	}
 }
 
+func TestARungWhoseProbeFailsAfterTheLaneIsReadyServesNoRequestAndFailsTheLane(t *testing.T) {
+	p := testPlacement("gte")
+	p.Spec.Rungs, p.Spec.Ceiling, p.Spec.MaxResidentShapes = []v1.Rung{128, 256}, 256, 2
+	a, _, _ := newTestAgentWithEnv(t, []string{"SYNAPSE_SIM_PROBE_RATIO=256=0.97"}, p)
+	l := loadReady(t, a, p)
+
+	// The first request for rung 256 loads it; its probe runs before the request does, and
+	// the request is refused rather than run on a shape that is not on the device.
+	seq := make([]uint32, 200)
+	for i := range seq {
+		seq[i] = uint32(i + 1)
+	}
+	_, err := a.serve.Run(context.Background(), l.key, "embed", [][]uint32{seq}, time.Now().Add(30*time.Second))
+	if refusal.CodeOf(err) != refusal.ComputeUnitMismatch || !strings.Contains(err.Error(), "rung 256") {
+		t.Fatalf("a request for rung 256: %v, want compute_unit_mismatch naming the rung", err)
+	}
+	gomega.NewWithT(t).Eventually(func() laneState {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return l.state
+	}).WithTimeout(10 * time.Second).Should(gomega.Equal(laneFailed))
+	if lanes := a.sup.Lanes(); len(lanes) != 0 {
+		t.Fatalf("lanes %v are still loaded", lanes)
+	}
+	got := p.DeepCopy()
+	a.placementStatus(types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, got)
+	if got.Status.LastFault == nil || got.Status.LastFault.Code != "ComputeUnitMismatch" || !strings.Contains(got.Status.LastFault.Message, "rung 256") {
+		t.Fatalf("fault %+v", got.Status.LastFault)
+	}
+	if len(got.Status.Probes) != 2 || got.Status.Probes[0].Ratio != "0.40" || got.Status.Probes[1].Rung != 256 || got.Status.Probes[1].Ratio != "0.97" {
+		t.Fatalf("probes %+v, want rung 128 at 0.40 and rung 256 at 0.97", got.Status.Probes)
+	}
+}
+
 func TestLookupResolvesLaneNamesAndSaysWhyALaneCannotServe(t *testing.T) {
 	a, _, _ := newTestAgent(t)
 	add := func(ns, lane string, state laneState, loaded bool) {

@@ -39,39 +39,12 @@ type probe struct {
 
 func (p probe) ratio() float64 { return float64(p.device) / float64(p.cpu) }
 
-// probeLane probes every resident rung of the lane not yet probed on its current worker
-// generation. It leases only what is resident (it never loads anything) and returns a
-// ComputeUnitMismatchError for a rung that runs where it should not.
-func (a *Agent) probeLane(ctx context.Context, l *lane) error {
-	a.mu.Lock()
-	key, loaded := l.key, l.loaded
-	a.mu.Unlock()
-	if !loaded {
-		return nil
-	}
-	snap, ok := a.sup.Snapshot(key)
-	if !ok || !snap.Running {
-		return nil
-	}
-	for _, rung := range snap.Resident {
-		a.mu.Lock()
-		done := l.probes[rung].gen == snap.Generation
-		a.mu.Unlock()
-		if done {
-			continue
-		}
-		lease := a.sup.LeaseResident(key, rung)
-		if lease == nil {
-			continue // evicted meanwhile: probed when it loads again
-		}
-		device, cpu, err := lease.Probe(ctx)
-		gen := lease.Generation()
-		lease.Release()
-		if err != nil {
-			// A fault is recovered by the supervisor; the replacement is probed afresh.
-			a.cfg.Log.Info("the placement probe failed", "lane", key, "rung", rung, "error", err.Error())
-			continue
-		}
+// probeJudge is the lane's ModelSpec.Probe: the supervisor runs the placement probe on every
+// load of a shape before its first lease, and this records the measurement and fails a rung
+// that runs where it should not. The lane is then unloaded in the background (the probing
+// lease is still held while the judgement is made).
+func (a *Agent) probeJudge(l *lane, key string) func(rung int, gen int64, device, cpu time.Duration) error {
+	return func(rung int, gen int64, device, cpu time.Duration) error {
 		p := probe{gen: gen, device: device, cpu: cpu}
 		a.mu.Lock()
 		if l.probes == nil {
@@ -82,13 +55,39 @@ func (a *Agent) probeLane(ctx context.Context, l *lane) error {
 		a.probeRatio.WithLabelValues(key, strconv.Itoa(rung)).Set(p.ratio())
 		a.cfg.Log.Info("placement probe", "lane", key, "rung", rung, "deviceMicros", device.Microseconds(), "cpuMicros", cpu.Microseconds(),
 			"ratio", fmt.Sprintf("%.2f", p.ratio()))
-		if p.ratio() > ProbeRatioLimit {
-			return &artifact.ComputeUnitMismatchError{Check: "probe", Message: fmt.Sprintf(
-				"rung %d ran in %s on the device and %s on the CPU reference: a ratio of %.2f, over %.1f, so it is not running on the Neural Engine",
-				rung, device, cpu, p.ratio(), ProbeRatioLimit)}
+		a.wake()
+		if p.ratio() <= ProbeRatioLimit {
+			return nil
+		}
+		err := &artifact.ComputeUnitMismatchError{Check: "probe", Message: fmt.Sprintf(
+			"rung %d ran in %s on the device and %s on the CPU reference: a ratio of %.2f, over %.1f, so it is not running on the Neural Engine",
+			rung, device, cpu, p.ratio(), ProbeRatioLimit)}
+		go a.probeFailed(context.Background(), l, key, err)
+		return err
+	}
+}
+
+// probeLane probes every resident rung of the lane not yet probed in its current load, so
+// that requests rarely wait for a probe. It never loads anything.
+func (a *Agent) probeLane(ctx context.Context, l *lane) {
+	a.mu.Lock()
+	key, loaded := l.key, l.loaded
+	a.mu.Unlock()
+	if !loaded {
+		return
+	}
+	snap, ok := a.sup.Snapshot(key)
+	if !ok || !snap.Running {
+		return
+	}
+	for _, rung := range snap.Resident {
+		if _, err := a.sup.ProbeResident(ctx, key, rung); err != nil {
+			// A mismatch is handled by the judge; a fault is recovered by the supervisor, and
+			// the replacement's shapes are probed afresh.
+			a.cfg.Log.V(1).Info("the placement probe did not pass", "lane", key, "rung", rung, "error", err.Error())
+			return
 		}
 	}
-	return nil
 }
 
 // probeLoop probes the lanes' newly resident rungs: after every scheduling pass and every
@@ -112,16 +111,20 @@ func (a *Agent) probeLoop(ctx context.Context) error {
 		}
 		a.mu.Unlock()
 		for _, l := range lanes {
-			if err := a.probeLane(ctx, l); err != nil {
-				a.probeFailed(ctx, l, err)
-			}
+			a.probeLane(ctx, l)
 		}
 	}
 }
 
 // probeFailed unloads a lane whose probe failed: explicit ane never runs elsewhere.
-func (a *Agent) probeFailed(ctx context.Context, l *lane, err error) {
-	a.cfg.Log.Info("the placement probe failed; the lane is unloaded", "lane", l.key, "error", err.Error())
+func (a *Agent) probeFailed(ctx context.Context, l *lane, key string, err error) {
+	a.mu.Lock()
+	current := l.loaded && l.key == key
+	a.mu.Unlock()
+	if !current {
+		return // another rung's failure unloaded it already
+	}
+	a.cfg.Log.Info("the placement probe failed; the lane is unloaded", "lane", key, "error", err.Error())
 	a.unload(ctx, l.placement, false)
 	a.mu.Lock()
 	l.retryAt = a.cfg.Clock.Now().Add(RetryInterval)

@@ -18,6 +18,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -35,6 +36,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/node-agent/httpapi"
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
 )
 
@@ -188,7 +190,9 @@ func (r *reconciler) load(ctx context.Context, l *lane, p *v1.LanePlacement, ide
 	a.mu.Lock()
 	l.verified = verified
 	a.mu.Unlock()
-	if err := a.sup.LoadModel(ctx, modelSpec(key, p.Spec, identity, verified.Dir)); err != nil {
+	spec := modelSpec(key, p.Spec, identity, verified.Dir)
+	spec.Probe = a.probeJudge(l, key)
+	if err := a.sup.LoadModel(ctx, spec); err != nil {
 		a.mu.Lock()
 		l.retryAt = a.cfg.Clock.Now().Add(RetryInterval)
 		a.mu.Unlock()
@@ -210,13 +214,11 @@ func (r *reconciler) load(ctx context.Context, l *lane, p *v1.LanePlacement, ide
 		if !current {
 			return
 		}
+		if errors.Is(err, &refusal.Error{Code: refusal.ComputeUnitMismatch}) {
+			return // the self-check's placement probe failed: the judge unloads the lane
+		}
 		if err != nil {
 			a.setState(l, laneFailed, &v1.Fault{Code: "self_check_failed", Message: err.Error()})
-			return
-		}
-		// The self-checked rung is probed before the lane is Ready: it must run on the device.
-		if err := a.probeLane(context.Background(), l); err != nil {
-			a.probeFailed(context.Background(), l, err)
 			return
 		}
 		a.setState(l, laneReady, nil)

@@ -69,7 +69,8 @@ func statusOf(code refusal.Code) int {
 		return http.StatusGatewayTimeout
 	default:
 		// shape_compiling, engine_crashed, ane_resources_exhausted, lane_retired,
-		// worker_refused, node_paused: the lane cannot answer now; retrying may succeed.
+		// worker_refused, node_paused, backend_unavailable, compute_unit_mismatch: the lane
+		// cannot answer now; retrying (later, or elsewhere by the caller's choice) may succeed.
 		return http.StatusServiceUnavailable
 	}
 }

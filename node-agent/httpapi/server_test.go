@@ -345,6 +345,8 @@ func TestRefusalsAreTypedWithTheRightStatus(t *testing.T) {
 		{"crashed", "/v1/embeddings", `{"model": "embed", "input": "a"}`, refusal.New(refusal.EngineCrashed, "team/embed", "boom"), 503, "engine_crashed"},
 		{"resources", "/v1/embeddings", `{"model": "embed", "input": "a"}`, refusal.New(refusal.ResourcesExhausted, "team/embed", "full"), 503, "ane_resources_exhausted"},
 		{"paused", "/v1/embeddings", `{"model": "embed", "input": "a"}`, refusal.New(refusal.NodePaused, "team/embed", "paused"), 503, "node_paused"},
+		{"off the device", "/v1/embeddings", `{"model": "embed", "input": "a"}`, refusal.New(refusal.ComputeUnitMismatch, "team/embed", "ratio 0.97"), 503, "compute_unit_mismatch"},
+		{"no backend", "/v1/embeddings", `{"model": "embed", "input": "a"}`, refusal.New(refusal.BackendUnavailable, "team/embed", "dead"), 503, "backend_unavailable"},
 		{"no query", "/v1/rerank", `{"model": "rerank", "documents": ["a"]}`, nil, 400, "invalid_request"},
 		{"no documents", "/v1/rerank", `{"model": "rerank", "query": "q", "documents": []}`, nil, 400, "invalid_request"},
 		{"empty document", "/v1/rerank", `{"model": "rerank", "query": "q", "documents": ["a", " "]}`, nil, 422, "unsupported_shape"},

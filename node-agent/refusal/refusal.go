@@ -53,6 +53,9 @@ const (
 	// BackendUnavailable: the lane's worker is dead and its replacement failed to start; every
 	// request fails with it until one serves, and none is sent to another worker or node.
 	BackendUnavailable Code = "backend_unavailable"
+	// ComputeUnitMismatch: the shape's runtime placement probe found it is not running on the
+	// device the lane names; it serves nothing until the lane is loaded again.
+	ComputeUnitMismatch Code = "compute_unit_mismatch"
 )
 
 // Error is a refusal.

@@ -62,6 +62,9 @@ type fakeWorker struct {
 	// admitErrs answer the next admissions, in order.
 	admitErrs []error
 
+	// probeGate, when set, holds every probe until it is closed.
+	probeGate chan struct{}
+
 	exited     chan struct{}
 	exitOnce   sync.Once
 	closed     bool
@@ -184,6 +187,12 @@ func (w *fakeWorker) Inventory(ctx context.Context) ([]int, error) {
 
 func (w *fakeWorker) Probe(ctx context.Context, rung int) (time.Duration, time.Duration, error) {
 	w.record("probe %d", rung)
+	w.mu.Lock()
+	gate := w.probeGate
+	w.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	return time.Millisecond, 2500 * time.Microsecond, nil
 }
 

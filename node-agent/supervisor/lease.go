@@ -64,9 +64,12 @@ type Lease struct {
 	sh        *shape
 	stream    *stream
 	gen       int64
-	released  bool
-	mu        sync.Mutex
-	fault     error
+	// probed: the shape's placement probe had passed (or the lane has none) when the lease
+	// was granted, so the gate is passed without taking the lock again.
+	probed   bool
+	released bool
+	mu       sync.Mutex
+	fault    error
 }
 
 // Rung is the leased shape's rung.
@@ -179,7 +182,7 @@ func (s *Supervisor) Acquire(ctx context.Context, lane string, rung int, deadlin
 		}
 		if l := s.tryLease(s.clk.Now(), m, rung, 0); l != nil {
 			s.mu.Unlock()
-			return s.granted(ctx, l, 0), nil
+			return s.granted(ctx, l, 0)
 		}
 		s.mu.Unlock()
 		if s.testHookAfterPrecheck != nil {
@@ -202,7 +205,7 @@ func (s *Supervisor) Acquire(ctx context.Context, lane string, rung int, deadlin
 		case g := <-w.reply:
 			if !g.handoff {
 				if g.lease != nil {
-					return s.granted(ctx, g.lease, uint64(w.ticket)), nil
+					return s.granted(ctx, g.lease, uint64(w.ticket))
 				}
 				return nil, g.err
 			}
@@ -210,7 +213,7 @@ func (s *Supervisor) Acquire(ctx context.Context, lane string, rung int, deadlin
 			l := s.tryLease(s.clk.Now(), m, rung, w.ticket)
 			s.mu.Unlock()
 			if l != nil {
-				return s.granted(ctx, l, uint64(w.ticket)), nil
+				return s.granted(ctx, l, uint64(w.ticket))
 			}
 			// The handoff window closed (or the shape went) before this request took its
 			// lease: it goes the ordinary way, behind any starved head.
@@ -225,8 +228,8 @@ func (s *Supervisor) Acquire(ctx context.Context, lane string, rung int, deadlin
 }
 
 // LeaseResident leases rung of lane only if it is resident now, on the fast path; it never
-// admits anything. The runtime placement probe uses it: it measures what is loaded and must
-// not load anything itself.
+// admits anything and does not pass the placement-probe gate. ProbeResident uses it: the
+// probe measures what is loaded and must not load anything itself.
 func (s *Supervisor) LeaseResident(lane string, rung int) *Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -237,11 +240,15 @@ func (s *Supervisor) LeaseResident(lane string, rung int) *Lease {
 	return s.tryLease(s.clk.Now(), m, rung, 0)
 }
 
-// granted tags a lease with its request and records the grant.
-func (s *Supervisor) granted(ctx context.Context, l *Lease, ticket uint64) *Lease {
+// granted tags a lease with its request, records the grant and holds it at the shape's
+// placement-probe gate.
+func (s *Supervisor) granted(ctx context.Context, l *Lease, ticket uint64) (*Lease, error) {
 	l.requestID = requestID(ctx)
 	s.trace(Event{Kind: EventLeaseGrant, RequestID: l.requestID, Lane: l.m.spec.Lane, Rung: l.sh.rung, Ticket: ticket})
-	return l
+	if err := s.probeGate(ctx, l); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // tryLease leases a resident shape if nothing forbids it: the model runs, and no starved
@@ -260,7 +267,7 @@ func (s *Supervisor) tryLease(now time.Time, m *model, rung int, member compileq
 	}
 	sh.leases++
 	sh.lastUsed = now
-	return &Lease{s: s, m: m, sh: sh, stream: m.stream, gen: m.gen}
+	return &Lease{s: s, m: m, sh: sh, stream: m.stream, gen: m.gen, probed: m.spec.Probe == nil || sh.probe.passed}
 }
 
 // leave withdraws a waiter whose caller gave up, and returns anything it was granted.

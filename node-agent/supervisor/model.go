@@ -106,6 +106,8 @@ type shape struct {
 	// thenRetry is an admission the device refused for resources, retried once this shape's
 	// release is acknowledged.
 	thenRetry *compilequeue.Job
+	// probe is the placement probe's verdict on this load of the shape (ModelSpec.Probe).
+	probe probeState
 }
 
 // cohort is the closed set of tickets that joined an admission while it ran. Until every

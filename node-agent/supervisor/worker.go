@@ -101,4 +101,9 @@ type ModelSpec struct {
 	AdmissionBound time.Duration
 	// ArtifactDir is the verified artifact the worker loads ("" for a worker that needs none).
 	ArtifactDir string
+	// Probe, when set, gates every loaded shape: before the shape's first lease is granted, the
+	// runtime placement probe runs on it and Probe judges the measurement. An error refuses
+	// that lease and every later one on the shape until it is loaded again, so no request runs
+	// on a shape whose placement has not been checked.
+	Probe func(rung int, gen int64, device, cpu time.Duration) error
 }

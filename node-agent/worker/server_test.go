@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -167,6 +168,48 @@ func TestThePlacementProbeTimesTheDeviceAndModelsTheCPUReference(t *testing.T) {
 		}
 		if got := p.DeviceMs / p.CpuMs; got < tc.want-0.001 || got > tc.want+0.001 {
 			t.Fatalf("ratio %.3f, want %.2f", got, tc.want)
+		}
+	}
+}
+
+func TestProbeRatiosAreReadForEveryRungOrSingleRungsAndBadOnesRefused(t *testing.T) {
+	for _, tc := range []struct {
+		spec   string
+		all    float64
+		byRung map[uint32]float64
+	}{
+		{"", 0, nil},
+		{"0.97", 0.97, nil},
+		{"512=0.97, 1024=0.9", 0, map[uint32]float64{512: 0.97, 1024: 0.9}},
+		{"0.5,512=0.97", 0.5, map[uint32]float64{512: 0.97}},
+	} {
+		all, byRung, err := ParseProbeRatios(tc.spec)
+		if err != nil || all != tc.all || !maps.Equal(byRung, tc.byRung) {
+			t.Errorf("%q: %v %v %v, want %v %v", tc.spec, all, byRung, err, tc.all, tc.byRung)
+		}
+	}
+	for _, bad := range []string{"x", "512=", "0=0.5", "-1", "512=abc", "abc=0.5", "0", "Inf"} {
+		if _, _, err := ParseProbeRatios(bad); err == nil {
+			t.Errorf("%q was accepted", bad)
+		}
+	}
+	// A rung's own ratio wins over the lane-wide one.
+	s := newServer(io.Discard)
+	s.Backend.(*Sim).ProbeRatio, s.Backend.(*Sim).ProbeRatios = 0.5, map[uint32]float64{256: 0.97}
+	resps := converse(t, s,
+		&pb.Request{Id: 1, Body: &pb.Request_Load{Load: &pb.Load{Identity: "gte", Layers: 2, Dimensions: 8, Rungs: []uint32{128, 256}}}},
+		&pb.Request{Id: 2, Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: 128}}},
+		&pb.Request{Id: 3, Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: 256}}},
+		&pb.Request{Id: 4, Body: &pb.Request_Probe{Probe: &pb.Probe{Rung: 128}}},
+		&pb.Request{Id: 5, Body: &pb.Request_Probe{Probe: &pb.Probe{Rung: 256}}},
+	)
+	for i, want := range map[int]float64{3: 0.5, 4: 0.97} {
+		p := resps[i].GetProbeResult()
+		if p == nil {
+			t.Fatalf("probe: %v", resps[i])
+		}
+		if got := p.DeviceMs / p.CpuMs; got < want-0.001 || got > want+0.001 {
+			t.Errorf("rung %d: ratio %.3f, want %.2f", p.Rung, got, want)
 		}
 	}
 }

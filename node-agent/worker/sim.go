@@ -26,6 +26,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,8 +51,9 @@ type Sim struct {
 	// ProbeRatio is the device-to-CPU time ratio the placement probe reports: the stand-in has
 	// no CPU reference, so it times the device and models the reference. 0 means 0.4, the
 	// middle of what the Neural Engine measures; above 0.8 the probe fails, as a model that
-	// runs on the CPU would.
-	ProbeRatio float64
+	// runs on the CPU would. ProbeRatios overrides it for single rungs.
+	ProbeRatio  float64
+	ProbeRatios map[uint32]float64
 
 	mu       sync.Mutex
 	model    *pb.Load
@@ -260,6 +263,37 @@ func splitmix(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
+// ParseProbeRatios reads the sim's probe ratio setting: a ratio for every rung ("0.97"),
+// ratios for single rungs ("512=0.97,1024=0.9"), or both ("0.5,512=0.97").
+func ParseProbeRatios(spec string) (all float64, byRung map[uint32]float64, err error) {
+	if strings.TrimSpace(spec) == "" {
+		return 0, nil, nil
+	}
+	for _, part := range strings.Split(spec, ",") {
+		rung, ratio, perRung := strings.Cut(strings.TrimSpace(part), "=")
+		if !perRung {
+			ratio = rung
+		}
+		r, err := strconv.ParseFloat(ratio, 64)
+		if err != nil || r <= 0 || math.IsInf(r, 0) {
+			return 0, nil, fmt.Errorf("probe ratio %q: want a positive number, a rung=ratio pair, or a comma-separated list of them", part)
+		}
+		if !perRung {
+			all = r
+			continue
+		}
+		n, err := strconv.ParseUint(rung, 10, 32)
+		if err != nil || n == 0 {
+			return 0, nil, fmt.Errorf("probe ratio %q: %q is not a rung", part, rung)
+		}
+		if byRung == nil {
+			byRung = map[uint32]float64{}
+		}
+		byRung[uint32(n)] = r
+	}
+	return all, byRung, nil
+}
+
 // Probe times the fastest of 5 evaluations of a resident rung; the CPU reference's time is
 // modelled from ProbeRatio.
 func (s *Sim) Probe(ctx context.Context, rung uint32) (device, cpu time.Duration, err error) {
@@ -281,6 +315,9 @@ func (s *Sim) Probe(ctx context.Context, rung uint32) (device, cpu time.Duration
 		device = min(device, max(s.Clock.Since(start), time.Microsecond))
 	}
 	ratio := s.ProbeRatio
+	if r, ok := s.ProbeRatios[rung]; ok {
+		ratio = r
+	}
 	if ratio == 0 {
 		ratio = 0.4
 	}

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 
 	"k8s.io/utils/clock"
@@ -42,7 +41,7 @@ func main() {
 	signingID := flag.String("signing-identifier", "synapse-ane-worker", "the code-signing identifier aned caches programs under")
 	simScale := flag.Float64("sim-scale", 1, "sim: multiplies every simulated compile and load time")
 	faults := flag.String("faults", os.Getenv("SYNAPSE_WORKER_FAULTS"), "test faults, for example crash:admit:2,malformed:execute:1,hang:evict:1")
-	probeRatio := flag.Float64("sim-probe-ratio", envFloat("SYNAPSE_SIM_PROBE_RATIO"), "sim: the device-to-CPU ratio the placement probe reports (0: 0.4; above 0.8 fails the probe)")
+	probeRatio := flag.String("sim-probe-ratio", os.Getenv("SYNAPSE_SIM_PROBE_RATIO"), "sim: the device-to-CPU ratio the placement probe reports, for every rung (0.97) or single rungs (512=0.97); default 0.4, above 0.8 fails the probe")
 	flag.Parse()
 
 	if err := run(*backend, *stateDir, *signingID, *simScale, *probeRatio, *faults); err != nil {
@@ -51,13 +50,12 @@ func main() {
 	}
 }
 
-func envFloat(name string) float64 {
-	v, _ := strconv.ParseFloat(os.Getenv(name), 64)
-	return v
-}
-
-func run(backendName, stateDir, signingID string, simScale, probeRatio float64, faultSpec string) error {
+func run(backendName, stateDir, signingID string, simScale float64, probeRatio, faultSpec string) error {
 	f, err := worker.ParseFaults(faultSpec)
+	if err != nil {
+		return err
+	}
+	ratio, ratios, err := worker.ParseProbeRatios(probeRatio)
 	if err != nil {
 		return err
 	}
@@ -69,10 +67,11 @@ func run(backendName, stateDir, signingID string, simScale, probeRatio float64, 
 		}
 	case "sim":
 		b = &worker.Sim{
-			Machine:    simane.New(simane.Config{Clock: clock.RealClock{}, Scale: simScale, Dir: stateDir}),
-			SigningID:  signingID,
-			Clock:      clock.RealClock{},
-			ProbeRatio: probeRatio,
+			Machine:     simane.New(simane.Config{Clock: clock.RealClock{}, Scale: simScale, Dir: stateDir}),
+			SigningID:   signingID,
+			Clock:       clock.RealClock{},
+			ProbeRatio:  ratio,
+			ProbeRatios: ratios,
 		}
 	default:
 		return fmt.Errorf("--backend must be ane or sim, got %q", backendName)
