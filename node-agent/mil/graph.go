@@ -52,7 +52,9 @@ type Graph struct {
 	ops  []op
 	blob *Blob
 	used map[string]bool
-	err  error
+	// masked: the program takes the key mask as its second input.
+	masked bool
+	err    error
 }
 
 // NewGraph starts a graph whose input x has channels channels over seq positions.
@@ -169,6 +171,16 @@ func (g *Graph) GELU(name string, x Value) Value {
 	return g.unary(name, lines, x, func(v float64) float64 {
 		return 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v)))
 	})
+}
+
+// GELUExact is GELU with the error function (ModernBERT's activation).
+func (g *Graph) GELUExact(name string, x Value) Value {
+	name = g.name(name)
+	lines := []string{
+		fmt.Sprintf(`string %s_mode = const()[name = string("%s_mode"), val = string("EXACT")];`, name, name),
+		fmt.Sprintf(`%s %s = gelu(mode = %s_mode, x = %s)[name = string("%s")];`, g.tensor(x.channels), name, name, x.name, name),
+	}
+	return g.unary(name, lines, x, func(v float64) float64 { return 0.5 * v * (1 + math.Erf(v/math.Sqrt2)) })
 }
 
 // SiLU is x * sigmoid(x).
@@ -297,7 +309,11 @@ func (g *Graph) Program(out Value) (Program, error) {
 	}
 	var b strings.Builder
 	b.WriteString("program(1.3)\n{\n")
-	fmt.Fprintf(&b, "    func main<ios18>(%s x) {\n", g.tensor(g.in.channels))
+	if g.masked {
+		fmt.Fprintf(&b, "    func main<ios18>(%s x, tensor<fp16, [1, 1, 1, %d]> mask) {\n", g.tensor(g.in.channels), g.seq)
+	} else {
+		fmt.Fprintf(&b, "    func main<ios18>(%s x) {\n", g.tensor(g.in.channels))
+	}
 	for _, o := range g.ops {
 		for _, l := range o.lines {
 			b.WriteString("        " + l + "\n")
@@ -310,13 +326,21 @@ func (g *Graph) Program(out Value) (Program, error) {
 // Eval is the CPU reference: the graph evaluated on x ([Channels * Seq], channel-major), in
 // float32 with every value rounded to fp16, as the device holds it.
 func (g *Graph) Eval(x []float32, out Value) ([]float32, error) {
+	return g.EvalMasked(x, nil, out)
+}
+
+// EvalMasked is Eval for a graph that takes the key mask ([Seq] values) too.
+func (g *Graph) EvalMasked(x, mask []float32, out Value) ([]float32, error) {
 	if g.err != nil {
 		return nil, g.err
 	}
 	if len(x) != g.in.channels*g.seq {
 		return nil, fmt.Errorf("the input has %d values, want %d", len(x), g.in.channels*g.seq)
 	}
-	env := map[string][]float32{"x": fp16s(x)}
+	if g.masked != (mask != nil) || mask != nil && len(mask) != g.seq {
+		return nil, fmt.Errorf("the graph takes a key mask: %t; the mask has %d values for %d positions", g.masked, len(mask), g.seq)
+	}
+	env := map[string][]float32{"x": fp16s(x), "mask": fp16s(mask)}
 	for _, o := range g.ops {
 		env[o.out.name] = o.eval(env)
 	}
