@@ -53,15 +53,28 @@ func NewReference(c Config, w Weights, seq int) (*Reference, error) {
 // Program is layer i's program, as the artifact stores it.
 func (r *Reference) Program(i int) (mil.Program, error) { return r.layers[i].Program(r.outs[i]) }
 
-// Forward embeds one input of tokens.
-func (r *Reference) Forward(tokens []int32) ([]float32, error) {
+// Forward embeds one input of tokens, every activation rounded to fp16 as on the device.
+func (r *Reference) Forward(tokens []int32) ([]float32, error) { return r.forward(tokens, false) }
+
+// ForwardExact embeds it with the same fp16 weights but float32 activations: what the
+// conversion's parity gate compares Forward with.
+func (r *Reference) ForwardExact(tokens []int32) ([]float32, error) { return r.forward(tokens, true) }
+
+// Seq is the sequence length the reference was built at.
+func (r *Reference) Seq() int { return r.seq }
+
+func (r *Reference) forward(tokens []int32, exact bool) ([]float32, error) {
 	x, err := r.embed.Input(tokens, r.seq)
 	if err != nil {
 		return nil, err
 	}
 	mask := KeyMask(len(tokens), r.seq)
 	for i, g := range r.layers {
-		if x, err = g.EvalMasked(x, mask, r.outs[i]); err != nil {
+		eval := g.EvalMasked
+		if exact {
+			eval = g.EvalExact
+		}
+		if x, err = eval(x, mask, r.outs[i]); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
 	}

@@ -128,7 +128,11 @@ func parseInput(raw json.RawMessage, lane Lane) ([][]uint32, error) {
 		if err := json.Unmarshal(raw, &text); err != nil {
 			return nil, badRequest("invalid_request", "input", err.Error())
 		}
-		return [][]uint32{lane.Tokenizer.Encode(text)}, nil
+		ids, err := encode(lane, text, "input", "input")
+		if err != nil {
+			return nil, err
+		}
+		return [][]uint32{ids}, nil
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
@@ -149,7 +153,10 @@ func parseInput(raw json.RawMessage, lane Lane) ([][]uint32, error) {
 			if err := json.Unmarshal(it, &text); err != nil {
 				return nil, badRequest("invalid_request", "input", fmt.Sprintf("input[%d]: every element must be a string like the first: %v", i, err))
 			}
-			out[i] = lane.Tokenizer.Encode(text)
+			var err error
+			if out[i], err = encode(lane, text, "input", fmt.Sprintf("input[%d]", i)); err != nil {
+				return nil, err
+			}
 		}
 		return out, nil
 	case len(first) > 0 && first[0] == '[':
@@ -188,4 +195,18 @@ func tokenIDs(raw json.RawMessage) ([]uint32, error) {
 		out[i] = uint32(v)
 	}
 	return out, nil
+}
+
+// encode tokenises one text with the lane's model's tokenizer; a lane without one takes token
+// ids only, and a text the tokenizer cannot encode is refused, never cut.
+func encode(lane Lane, text, param, what string) ([]uint32, error) {
+	if lane.Tokenizer == nil {
+		return nil, badRequest("text_input_unsupported", param, fmt.Sprintf("lane %s has no tokenizer: send token ids", lane.Key))
+	}
+	ids, err := lane.Tokenizer.Encode(text)
+	if err != nil {
+		return nil, &apiError{status: http.StatusUnprocessableEntity, code: "tokenization_failed", param: param,
+			message: fmt.Sprintf("%s: %v", what, err)}
+	}
+	return ids, nil
 }

@@ -96,15 +96,23 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 		c.fail(err)
 		return
 	}
-	tok := lanes[0].Tokenizer // the lanes of one model share its tokenizer
-	query := tok.Encode(*req.Query)
+	model := lanes[0] // the lanes of one model share its tokenizer
+	query, err := encode(model, *req.Query, "query", "query")
+	if err != nil {
+		c.fail(err)
+		return
+	}
 	if len(query) == 0 {
 		c.fail(badRequest("invalid_request", "query", "the query has no tokens"))
 		return
 	}
 	sequences := make([][]uint32, len(texts))
 	for i, t := range texts {
-		doc := tok.Encode(t)
+		doc, err := encode(model, t, "documents", fmt.Sprintf("documents[%d]", i))
+		if err != nil {
+			c.fail(err)
+			return
+		}
 		if len(doc) == 0 {
 			c.fail(&apiError{status: http.StatusUnprocessableEntity, code: string(refusal.UnsupportedShape), param: "documents",
 				message: fmt.Sprintf("documents[%d] has no tokens", i)})

@@ -22,6 +22,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -67,6 +68,14 @@ func (fakeCatalog) Lookup(model string) ([]Lane, bool, error) {
 			testLane("long", "embed", []int{1024, 2048, 4096, 8192})}, false, nil
 	case "solo":
 		return []Lane{testLane("solo", "embed", []int{128})}, false, nil
+	case "idsonly":
+		l := testLane("idsonly", "embed", []int{128})
+		l.Tokenizer = nil
+		return []Lane{l}, true, nil
+	case "picky", "picky-rerank":
+		l := testLane(model, map[bool]string{true: "rerank", false: "embed"}[model == "picky-rerank"], []int{128})
+		l.Tokenizer = pickyTokenizer{}
+		return []Lane{l}, true, nil
 	}
 	return nil, false, refusal.New(refusal.UnknownLane, model, "no such lane on this node")
 }
@@ -145,7 +154,7 @@ func TestEmbeddingsWorkWithTheOfficialOpenAIClient(t *testing.T) {
 	}
 	tokens := 0
 	for i, in := range inputs {
-		ids := tokenizer.Sim{}.Encode(in)
+		ids := simIDs(in)
 		tokens += len(ids)
 		want := worker.Embed("team/embed", dims, ids)
 		d := got.Data[i]
@@ -172,8 +181,8 @@ func TestEmbeddingsAcceptEveryInputFormAndSayWhereTheyRan(t *testing.T) {
 		input string
 		want  [][]uint32
 	}{
-		{`"one text"`, [][]uint32{tokenizer.Sim{}.Encode("one text")}},
-		{`["a", "b c"]`, [][]uint32{tokenizer.Sim{}.Encode("a"), tokenizer.Sim{}.Encode("b c")}},
+		{`"one text"`, [][]uint32{simIDs("one text")}},
+		{`["a", "b c"]`, [][]uint32{simIDs("a"), simIDs("b c")}},
 		{`[5, 6, 7]`, [][]uint32{{5, 6, 7}}},
 		{`[[1, 2], [4294967295]]`, [][]uint32{{1, 2}, {4294967295}}},
 		// One input of more token ids than a call may have inputs.
@@ -277,7 +286,7 @@ func TestBase64EmbeddingsAreLittleEndianFloat32(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := worker.Embed("team/embed", dims, tokenizer.Sim{}.Encode("hello"))
+	want := worker.Embed("team/embed", dims, simIDs("hello"))
 	if len(raw) != 4*dims {
 		t.Fatalf("%d bytes", len(raw))
 	}
@@ -296,7 +305,7 @@ func TestRerankSortsByRelevanceWithInputIndexes(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("%d %v", resp.StatusCode, body)
 	}
-	q := tokenizer.Sim{}.Encode("apple neural engine")
+	q := simIDs("apple neural engine")
 	results := body["results"].([]any)
 	if len(results) != 3 {
 		t.Fatalf("%d results, want top_n 3", len(results))
@@ -307,7 +316,7 @@ func TestRerankSortsByRelevanceWithInputIndexes(t *testing.T) {
 		r := r.(map[string]any)
 		i := int(r["index"].(float64))
 		score := r["relevance_score"].(float64)
-		want := worker.Score("team/rerank", dims, q, tokenizer.Sim{}.Encode(docs[i]))
+		want := worker.Score("team/rerank", dims, q, simIDs(docs[i]))
 		if float32(score) != want || r["document"].(map[string]any)["text"] != docs[i] || seen[i] {
 			t.Fatalf("result %v: want index %d's score %v and text", r, i, want)
 		}
@@ -353,6 +362,9 @@ func TestRefusalsAreTypedWithTheRightStatus(t *testing.T) {
 		{"bad document", "/v1/rerank", `{"model": "rerank", "query": "q", "documents": [{"title": "a"}]}`, nil, 400, "invalid_request"},
 		{"top_n zero", "/v1/rerank", `{"model": "rerank", "query": "q", "documents": ["a"], "top_n": 0}`, nil, 400, "invalid_request"},
 		{"unknown path", "/v1/completions", `{}`, nil, 404, "not_found"},
+		{"text for a lane without a tokenizer", "/v1/embeddings", `{"model": "idsonly", "input": "a"}`, nil, 400, "text_input_unsupported"},
+		{"text the tokenizer cannot encode", "/v1/embeddings", `{"model": "picky", "input": ["fine", "zebra"]}`, nil, 422, "tokenization_failed"},
+		{"a document the tokenizer cannot encode", "/v1/rerank", `{"model": "picky-rerank", "query": "fine", "documents": ["zebra"]}`, nil, 422, "tokenization_failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runner.err = tc.runErr
@@ -423,4 +435,20 @@ func TestAdminPauseAndResume(t *testing.T) {
 	if resp, _ := post(t, ts.URL+"/admin/resume", `{}`); resp.StatusCode != 200 || admin.paused {
 		t.Fatalf("resume: %d, paused %v", resp.StatusCode, admin.paused)
 	}
+}
+
+// simIDs is what the sim tokenizer makes of text.
+func simIDs(text string) []uint32 {
+	ids, _ := tokenizer.Sim{}.Encode(text)
+	return ids
+}
+
+// pickyTokenizer cannot encode a text that holds a z.
+type pickyTokenizer struct{}
+
+func (pickyTokenizer) Encode(text string) ([]uint32, error) {
+	if strings.Contains(text, "z") {
+		return nil, errors.New("the vocabulary has no z")
+	}
+	return simIDs(text), nil
 }

@@ -227,8 +227,8 @@ func (g *Graph) Attention(name string, q, k, v, mask Value, a Attention) Value {
 		fmt.Sprintf(`%s %s = reshape(shape = %s_outshape, x = %s_heads)[name = string("%s")];`, g.tensor(h*d), name, name, name, name))
 
 	ref := attentionRef{a: a, seq: seq, qg: qg, kg: kg, cos: cos, sin: sin, scale: float64(fp16(scale)), eps: float64(fp16(a.NormEps))}
-	return g.add(op{lines: lines, out: out, eval: func(env map[string][]float32) []float32 {
-		return ref.eval(env[q.name], env[k.name], env[v.name], env[mask.name])
+	return g.add(op{lines: lines, out: out, eval: func(env map[string][]float32, p precision) []float32 {
+		return ref.eval(env[q.name], env[k.name], env[v.name], env[mask.name], p)
 	}})
 }
 
@@ -258,7 +258,8 @@ type attentionRef struct {
 	scale, eps float64
 }
 
-func (r attentionRef) eval(q, k, v, mask []float32) []float32 {
+func (r attentionRef) eval(q, k, v, mask []float32, p precision) []float32 {
+	fp16 := p.v
 	a, seq, d := r.a, r.seq, r.a.HeadDim
 	// heads splits a [heads*d, seq] value into per-head [d][seq] rows.
 	heads := func(x []float32, n int) [][][]float32 {

@@ -41,7 +41,7 @@ func (v Value) Channels() int { return v.channels }
 type op struct {
 	lines []string
 	out   Value
-	eval  func(env map[string][]float32) []float32
+	eval  func(env map[string][]float32, p precision) []float32
 }
 
 // Graph builds one per-layer program and, from the same description, its CPU reference: the
@@ -120,7 +120,7 @@ func (g *Graph) Linear(name string, x Value, out int, weights []float32) Value {
 			g.tensor(out), name, name, name, name, name, name, name, x.name, name),
 	}
 	in, seq := x.channels, g.seq
-	return g.add(op{lines: lines, out: Value{name: name, channels: out}, eval: func(env map[string][]float32) []float32 {
+	return g.add(op{lines: lines, out: Value{name: name, channels: out}, eval: func(env map[string][]float32, p precision) []float32 {
 		xs, y := env[x.name], make([]float32, out*seq)
 		for o := range out {
 			for s := range seq {
@@ -131,7 +131,7 @@ func (g *Graph) Linear(name string, x Value, out int, weights []float32) Value {
 				y[o*seq+s] = acc
 			}
 		}
-		return fp16s(y)
+		return p.s(y)
 	}})
 }
 
@@ -151,13 +151,13 @@ func (g *Graph) binary(name, kind string, a, b Value, f func(x, y float32) float
 		g.fail("%s: %s of %d and %d channels", name, kind, a.channels, b.channels)
 	}
 	line := fmt.Sprintf(`%s %s = %s(x = %s, y = %s)[name = string("%s")];`, g.tensor(a.channels), name, kind, a.name, b.name, name)
-	return g.add(op{lines: []string{line}, out: Value{name: name, channels: a.channels}, eval: func(env map[string][]float32) []float32 {
+	return g.add(op{lines: []string{line}, out: Value{name: name, channels: a.channels}, eval: func(env map[string][]float32, p precision) []float32 {
 		xs, ys := env[a.name], env[b.name]
 		out := make([]float32, len(xs))
 		for i := range xs {
 			out[i] = f(xs[i], ys[i])
 		}
-		return fp16s(out)
+		return p.s(out)
 	}})
 }
 
@@ -191,13 +191,13 @@ func (g *Graph) SiLU(name string, x Value) Value {
 }
 
 func (g *Graph) unary(name string, lines []string, x Value, f func(float64) float64) Value {
-	return g.add(op{lines: lines, out: Value{name: name, channels: x.channels}, eval: func(env map[string][]float32) []float32 {
+	return g.add(op{lines: lines, out: Value{name: name, channels: x.channels}, eval: func(env map[string][]float32, p precision) []float32 {
 		xs := env[x.name]
 		out := make([]float32, len(xs))
 		for i, v := range xs {
 			out[i] = float32(f(float64(v)))
 		}
-		return fp16s(out)
+		return p.s(out)
 	}})
 }
 
@@ -214,7 +214,7 @@ func (g *Graph) Slice(name string, x Value, from, to int) Value {
 		fmt.Sprintf(`%s %s = slice_by_index(begin = %s_begin, end = %s_end, x = %s)[name = string("%s")];`, g.tensor(to-from), name, name, name, x.name, name),
 	}
 	seq := g.seq
-	return g.add(op{lines: lines, out: Value{name: name, channels: to - from}, eval: func(env map[string][]float32) []float32 {
+	return g.add(op{lines: lines, out: Value{name: name, channels: to - from}, eval: func(env map[string][]float32, p precision) []float32 {
 		return append([]float32(nil), env[x.name][from*seq:to*seq]...)
 	}})
 }
@@ -241,7 +241,7 @@ func (g *Graph) LayerNorm(name string, x Value, gamma, beta []float32, eps float
 			g.tensor(c), name, name, name, name, name, x.name, name),
 	}
 	seq, e := g.seq, float64(fp16(eps))
-	return g.add(op{lines: lines, out: Value{name: name, channels: c}, eval: func(env map[string][]float32) []float32 {
+	return g.add(op{lines: lines, out: Value{name: name, channels: c}, eval: func(env map[string][]float32, p precision) []float32 {
 		xs, out := env[x.name], make([]float32, c*seq)
 		for s := range seq {
 			var mean, sq float64
@@ -258,7 +258,7 @@ func (g *Graph) LayerNorm(name string, x Value, gamma, beta []float32, eps float
 				out[i*seq+s] = float32((float64(xs[i*seq+s])-mean)*inv)*gw[i] + bw[i]
 			}
 		}
-		return fp16s(out)
+		return p.s(out)
 	}})
 }
 
@@ -285,7 +285,7 @@ func (g *Graph) RMSNorm(name string, x Value, gamma []float32, eps float32) Valu
 		fmt.Sprintf(`%s %s = mul(x = %s_norm, y = %s_gamma)[name = string("%s")];`, g.tensor(c), name, name, name, name),
 	}
 	seq, e := g.seq, float64(fp16(eps))
-	return g.add(op{lines: lines, out: Value{name: name, channels: c}, eval: func(env map[string][]float32) []float32 {
+	return g.add(op{lines: lines, out: Value{name: name, channels: c}, eval: func(env map[string][]float32, p precision) []float32 {
 		xs, out := env[x.name], make([]float32, c*seq)
 		for s := range seq {
 			var sq float64
@@ -298,7 +298,7 @@ func (g *Graph) RMSNorm(name string, x Value, gamma []float32, eps float32) Valu
 				out[i*seq+s] = float32(float64(xs[i*seq+s])*inv) * gw[i]
 			}
 		}
-		return fp16s(out)
+		return p.s(out)
 	}})
 }
 
@@ -331,6 +331,18 @@ func (g *Graph) Eval(x []float32, out Value) ([]float32, error) {
 
 // EvalMasked is Eval for a graph that takes the key mask ([Seq] values) too.
 func (g *Graph) EvalMasked(x, mask []float32, out Value) ([]float32, error) {
+	return g.eval(x, mask, out, precision{})
+}
+
+// EvalExact evaluates the same graph with its weights as stored (fp16) but every activation
+// kept in float32: the conversion's parity gate compares it with the fp16 evaluation, so an
+// activation that fp16 cannot hold (an overflowing square, say) fails the conversion instead
+// of reaching the device.
+func (g *Graph) EvalExact(x, mask []float32, out Value) ([]float32, error) {
+	return g.eval(x, mask, out, precision{exact: true})
+}
+
+func (g *Graph) eval(x, mask []float32, out Value, p precision) ([]float32, error) {
 	if g.err != nil {
 		return nil, g.err
 	}
@@ -340,14 +352,32 @@ func (g *Graph) EvalMasked(x, mask []float32, out Value) ([]float32, error) {
 	if g.masked != (mask != nil) || mask != nil && len(mask) != g.seq {
 		return nil, fmt.Errorf("the graph takes a key mask: %t; the mask has %d values for %d positions", g.masked, len(mask), g.seq)
 	}
-	env := map[string][]float32{"x": fp16s(x), "mask": fp16s(mask)}
+	env := map[string][]float32{"x": p.s(x), "mask": p.s(mask)}
 	for _, o := range g.ops {
-		env[o.out.name] = o.eval(env)
+		env[o.out.name] = o.eval(env, p)
 	}
 	return env[out.name], nil
 }
 
 func fp16(v float32) float32 { return float16.Fromfloat32(v).Float32() }
+
+// precision is how an evaluation holds activations: rounded to fp16 after every operation, as
+// the device does, or (exact) kept in float32.
+type precision struct{ exact bool }
+
+func (p precision) v(x float32) float32 {
+	if p.exact {
+		return x
+	}
+	return fp16(x)
+}
+
+func (p precision) s(x []float32) []float32 {
+	if p.exact {
+		return append([]float32(nil), x...)
+	}
+	return fp16s(x)
+}
 
 func fp16s(v []float32) []float32 {
 	out := make([]float32, len(v))

@@ -25,9 +25,10 @@ import (
 	"unicode/utf8"
 )
 
-// Tokenizer encodes text.
+// Tokenizer encodes text. An error means the text cannot be encoded by this tokenizer (its
+// vocabulary lacks a character, say); the caller refuses the input rather than drop it.
 type Tokenizer interface {
-	Encode(text string) []uint32
+	Encode(text string) ([]uint32, error)
 }
 
 // Separator is the token id reserved between a rerank query and its document; Sim never
@@ -42,8 +43,10 @@ type Sim struct {
 	Vocabulary uint32
 }
 
-// Encode implements Tokenizer.
-func (s Sim) Encode(text string) []uint32 {
+// Encode implements Tokenizer; Sim encodes every text.
+func (s Sim) Encode(text string) ([]uint32, error) { return s.ids(text), nil }
+
+func (s Sim) ids(text string) []uint32 {
 	vocab := s.Vocabulary
 	if vocab == 0 {
 		vocab = 30522

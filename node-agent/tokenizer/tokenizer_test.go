@@ -23,7 +23,7 @@ import (
 
 func TestSimSplitsWordsAndPunctuationDeterministically(t *testing.T) {
 	s := Sim{}
-	got := s.Encode("Hello, world!  hello")
+	got := s.ids("Hello, world!  hello")
 	if len(got) != 5 {
 		t.Fatalf("%v: want 5 tokens (hello , world ! hello)", got)
 	}
@@ -33,17 +33,17 @@ func TestSimSplitsWordsAndPunctuationDeterministically(t *testing.T) {
 	if got[0] == got[2] || got[1] == got[3] {
 		t.Fatalf("different tokens share an id: %v", got)
 	}
-	if !slices.Equal(got, s.Encode("hello , WORLD !\thello")) {
+	if !slices.Equal(got, s.ids("hello , WORLD !\thello")) {
 		t.Fatal("equal text after case folding and spacing encodes differently")
 	}
-	if len(s.Encode("   ")) != 0 {
+	if len(s.ids("   ")) != 0 {
 		t.Fatal("blank text has tokens")
 	}
 }
 
 func TestSimNeverProducesTheSeparator(t *testing.T) {
 	s := Sim{Vocabulary: 2}
-	for _, id := range s.Encode("a b c d e f g h , . ; ü 日本") {
+	for _, id := range s.ids("a b c d e f g h , . ; ü 日本") {
 		if id == Separator || id >= 2 {
 			t.Fatalf("id %d out of [1, 2)", id)
 		}

@@ -1,0 +1,251 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/dlclark/regexp2"
+	hf "github.com/sugarme/tokenizer"
+	"github.com/sugarme/tokenizer/normalizer"
+	"github.com/sugarme/tokenizer/pretokenizer"
+	"github.com/sugarme/tokenizer/pretrained"
+)
+
+// HF is a model's own tokenizer, read from its tokenizer.json with github.com/sugarme/tokenizer
+// (the maintained pure-Go reader of that format). Two of the format's pre-tokenizers that the
+// library does not reproduce exactly are built here from its parts instead: a Split whose
+// pattern Go's regexp cannot compile (Qwen's uses a lookahead) runs on regexp2, and a
+// ByteLevel with use_regex false only maps bytes, as it should, rather than splitting again.
+// Anything else the library cannot read is refused with an error naming it.
+type HF struct {
+	// mu serialises encodings: the library's tokenizer keeps mutable state between calls.
+	mu sync.Mutex
+	tk *hf.Tokenizer
+}
+
+// LoadHF reads a tokenizer.json.
+func LoadHF(path string) (*HF, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHF(data)
+}
+
+// ParseHF reads the contents of a tokenizer.json.
+func ParseHF(data []byte) (t *HF, err error) {
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
+	var pre hf.PreTokenizer
+	if cfg, ok := doc["pre_tokenizer"].(map[string]any); ok && needsOwnPreTokenizer(cfg) {
+		if pre, err = buildPreTokenizer(cfg); err != nil {
+			return nil, fmt.Errorf("tokenizer.json: pre_tokenizer: %w", err)
+		}
+		doc["pre_tokenizer"] = nil
+		if data, err = json.Marshal(doc); err != nil {
+			return nil, err
+		}
+	}
+	// The library panics on configurations it does not expect; that is a refusal here.
+	defer func() {
+		if r := recover(); r != nil {
+			t, err = nil, fmt.Errorf("tokenizer.json: the tokenizer library cannot read it: %v", r)
+		}
+	}()
+	tk, err := pretrained.FromReader(strings.NewReader(string(data)))
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
+	if pre != nil {
+		tk.WithPreTokenizer(pre)
+	}
+	return &HF{tk: tk}, nil
+}
+
+// Encode implements Tokenizer: the ids of text with the tokenizer's special tokens (its
+// post-processor's template).
+func (t *HF) Encode(text string) (ids []uint32, err error) {
+	if !utf8.ValidString(text) {
+		return nil, fmt.Errorf("the text is not valid UTF-8")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	defer func() {
+		if r := recover(); r != nil {
+			ids, err = nil, fmt.Errorf("the tokenizer cannot encode this text: %v", r)
+		}
+	}()
+	enc, err := t.tk.EncodeSingle(text, true)
+	if err != nil {
+		return nil, err
+	}
+	ids = make([]uint32, len(enc.Ids))
+	for i, id := range enc.Ids {
+		if id < 0 {
+			return nil, fmt.Errorf("the tokenizer produced id %d", id)
+		}
+		ids[i] = uint32(id)
+	}
+	return ids, nil
+}
+
+// needsOwnPreTokenizer reports whether cfg holds a pre-tokenizer the library would get wrong.
+func needsOwnPreTokenizer(cfg map[string]any) bool {
+	switch cfg["type"] {
+	case "Sequence":
+		subs, _ := cfg["pretokenizers"].([]any)
+		for _, s := range subs {
+			if m, ok := s.(map[string]any); ok && needsOwnPreTokenizer(m) {
+				return true
+			}
+		}
+	case "Split":
+		p, _ := cfg["pattern"].(map[string]any)
+		if re, ok := p["Regex"].(string); ok {
+			_, err := regexp.Compile(re)
+			return err != nil
+		}
+	case "ByteLevel":
+		useRegex, ok := cfg["use_regex"].(bool)
+		return ok && !useRegex
+	}
+	return false
+}
+
+// buildPreTokenizer builds the Sequence, Split and ByteLevel pre-tokenizers from cfg; other
+// kinds are refused (they appear here only inside a configuration that needed its own).
+func buildPreTokenizer(cfg map[string]any) (hf.PreTokenizer, error) {
+	switch cfg["type"] {
+	case "Sequence":
+		subs, _ := cfg["pretokenizers"].([]any)
+		var out []hf.PreTokenizer
+		for _, s := range subs {
+			m, ok := s.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("a Sequence member is not an object")
+			}
+			p, err := buildPreTokenizer(m)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, p)
+		}
+		return pretokenizer.NewSequence(out), nil
+	case "Split":
+		p, _ := cfg["pattern"].(map[string]any)
+		var pattern normalizer.Pattern
+		if re, ok := p["Regex"].(string); ok {
+			compiled, err := regexp2.Compile(re, regexp2.Unicode)
+			if err != nil {
+				return nil, fmt.Errorf("Split pattern %q: %w", re, err)
+			}
+			pattern = regexp2Pattern{compiled}
+		} else if s, ok := p["String"].(string); ok {
+			pattern = normalizer.NewRegexpPattern(regexp.QuoteMeta(s))
+		} else {
+			return nil, fmt.Errorf("a Split pattern is neither Regex nor String")
+		}
+		behaviors := map[string]normalizer.SplitDelimiterBehavior{"Removed": normalizer.RemovedBehavior, "Isolated": normalizer.IsolatedBehavior,
+			"MergedWithNext": normalizer.MergedWithNextBehavior, "MergedWithPrevious": normalizer.MergedWithPreviousBehavior, "Contiguous": normalizer.ContiguousBehavior}
+		b, ok := behaviors[fmt.Sprint(cfg["behavior"])]
+		if !ok {
+			return nil, fmt.Errorf("Split behavior %v", cfg["behavior"])
+		}
+		invert, _ := cfg["invert"].(bool)
+		return pretokenizer.NewSplit(pattern, b, invert), nil
+	case "ByteLevel":
+		prefix, _ := cfg["add_prefix_space"].(bool)
+		if useRegex, ok := cfg["use_regex"].(bool); ok && !useRegex {
+			return byteLevelOnly{addPrefixSpace: prefix}, nil
+		}
+		trim, _ := cfg["trim_offsets"].(bool)
+		return &pretokenizer.ByteLevel{AddPrefixSpace: prefix, TrimOffsets: trim}, nil
+	default:
+		return nil, fmt.Errorf("pre-tokenizer %v beside a pattern Go cannot compile is not supported", cfg["type"])
+	}
+}
+
+// regexp2Pattern is a Split pattern on regexp2, for the lookaheads Go's regexp does not have.
+// Its offsets are bytes, as the library's own patterns' are.
+type regexp2Pattern struct{ re *regexp2.Regexp }
+
+func (p regexp2Pattern) FindMatches(inside string) []normalizer.OffsetsMatch {
+	if inside == "" {
+		return []normalizer.OffsetsMatch{{Offsets: []int{0, 0}, Match: false}}
+	}
+	// regexp2 reports rune positions; the library wants byte offsets.
+	runeToByte := make([]int, 0, len(inside)+1)
+	for i := range inside {
+		runeToByte = append(runeToByte, i)
+	}
+	runeToByte = append(runeToByte, len(inside))
+	var out []normalizer.OffsetsMatch
+	prev := 0
+	m, err := p.re.FindStringMatch(inside)
+	for err == nil && m != nil {
+		start, end := runeToByte[m.Index], runeToByte[m.Index+m.Length]
+		if start > prev {
+			out = append(out, normalizer.OffsetsMatch{Offsets: []int{prev, start}, Match: false})
+		}
+		if end > start {
+			out = append(out, normalizer.OffsetsMatch{Offsets: []int{start, end}, Match: true})
+		}
+		prev = end
+		m, err = p.re.FindNextMatch(m)
+	}
+	if prev < len(inside) {
+		out = append(out, normalizer.OffsetsMatch{Offsets: []int{prev, len(inside)}, Match: false})
+	}
+	return out
+}
+
+// byteLevelOnly is ByteLevel with use_regex false: each byte of the text becomes its
+// printable stand-in, with no further splitting.
+type byteLevelOnly struct{ addPrefixSpace bool }
+
+func (b byteLevelOnly) PreTokenize(pts *hf.PreTokenizedString) (*hf.PreTokenizedString, error) {
+	if b.addPrefixSpace {
+		pts = pts.Split(func(_ int, n *normalizer.NormalizedString) []hf.SplitIdx {
+			if !strings.HasPrefix(n.GetNormalized(), " ") {
+				n = n.Prepend(" ")
+			}
+			return []hf.SplitIdx{{Normalized: n}}
+		})
+	}
+	return pts.Normalize(func(n *normalizer.NormalizedString) *normalizer.NormalizedString {
+		var changes []normalizer.ChangeMap
+		for _, r := range n.GetNormalized() {
+			for i, c := range []byte(string(r)) {
+				change := 0
+				if i > 0 {
+					change = 1
+				}
+				changes = append(changes, normalizer.ChangeMap{RuneVal: pretokenizer.BytesChar[c], Changes: change})
+			}
+		}
+		return n.Transform(changes, 0)
+	}), nil
+}
