@@ -124,7 +124,8 @@ func bareHandler(w http.ResponseWriter, r *http.Request) {
 		Model  string `json:"model"`
 	}{Object: "list", Model: req.Model}
 	for i, in := range req.Input {
-		out.Data = append(out.Data, emb{Object: "embedding", Index: i, Embedding: worker.Embed(req.Model, dims, tokenizer.Sim{}.Encode(in))})
+		ids, _ := tokenizer.Sim{}.Encode(in) // the sim tokenizer encodes every text
+		out.Data = append(out.Data, emb{Object: "embedding", Index: i, Embedding: worker.Embed(req.Model, dims, ids)})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
