@@ -27,9 +27,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
+	"github.com/ck-synapse/synapse-fleet/node-agent/convert"
+	"github.com/ck-synapse/synapse-fleet/node-agent/family"
 )
 
-// newArtifactsCommand is the artifacts group: build (sim), verify, list.
+// newArtifactsCommand is the artifacts group: convert (ane), build (sim), verify, list,
+// import, fetch, prune.
 func newArtifactsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "artifacts",
@@ -39,7 +42,7 @@ exactly what it is: model, revision, checkpoint, conversion policy, rungs, fp16,
 platform profile, the SHA-256 of every file, the compute plan and the parity gate. Nothing
 unverified loads; a corrupt artifact is moved to .quarantine beside it.`,
 	}
-	cmd.AddCommand(newBuildCommand(), newVerifyCommand(), newListCommand(), newImportCommand(), newFetchCommand(), newPruneCommand())
+	cmd.AddCommand(newConvertCommand(), newBuildCommand(), newVerifyCommand(), newListCommand(), newImportCommand(), newFetchCommand(), newPruneCommand())
 	return cmd
 }
 
@@ -142,13 +145,59 @@ func newPruneCommand() *cobra.Command {
 	return cmd
 }
 
+func newConvertCommand() *cobra.Command {
+	var o convert.Options
+	var root, pooling string
+	cmd := &cobra.Command{
+		Use:   "convert CHECKPOINT",
+		Short: "Convert a checkpoint (config.json, safetensors, tokenizer.json) into an ane artifact",
+		Long: `Convert reads a ModernBERT or Qwen3 checkpoint directory and writes its ane artifact under
+ROOT/MODEL/REVISION/` + convert.DefaultPolicy.Name + `: the fp16 weights, every layer's MIL program at every rung, the
+tokenizer, and goldens from the CPU reference. The parity gate compares the fp16 programs with
+the same programs in float32; an artifact that fails it is not written.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Policy = convert.DefaultPolicy
+			o.Policy.Pooling = family.Pooling(pooling)
+			ck, err := convert.OpenCheckpoint(args[0], o.Policy)
+			if err != nil {
+				return err
+			}
+			defer ck.Close()
+			dst, err := artifact.Path(root, o.Model, o.Revision, o.Policy.Name)
+			if err != nil {
+				return err
+			}
+			m, err := convert.Convert(dst, ck, o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "converted %s: %s %s (%s, %d layers), rungs %v, checkpoint %s, policy %s; parity passed, largest difference %.5f\n",
+				dst, m.Model, m.Revision, ck.Config.Kind, m.Layers, m.Rungs, m.CheckpointDigest, m.ConversionPolicy.Digest, m.Parity.MaxAbsError)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&root, "root", "", "the artifact root (the agent's --artifact-root) (required)")
+	f.StringVar(&o.Model, "model", "", "the model's name (required)")
+	f.StringVar(&o.Revision, "revision", "", "the checkpoint's revision (required)")
+	f.IntSliceVar(&o.Rungs, "rungs", nil, "the rungs, ascending multiples of 64 (required)")
+	f.StringVar(&o.Platform.ChipFamily, "chip-family", "", "the platform profile's chip family (required)")
+	f.StringVar(&o.Platform.MacOSBuild, "macos-build", "", "the platform profile's macOS build (required)")
+	f.StringVar(&pooling, "pooling", "", "cls, mean or last (default: the family's: cls for ModernBERT, last for Qwen3)")
+	for _, name := range []string{"root", "model", "revision", "rungs", "chip-family", "macos-build"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}
+
 func newBuildCommand() *cobra.Command {
 	var s artifact.SimSpec
 	var rungs []int
 	var policyName, policyDigest string
 	cmd := &cobra.Command{
 		Use:   "build DIR",
-		Short: "Build a sim artifact from a seed (the ane converter comes with the Neural Engine backend)",
+		Short: "Build a sim artifact from a seed (an ane artifact is converted: see convert)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s.Rungs, s.ConversionPolicy = rungs, artifact.ConversionPolicy{Name: policyName, Digest: policyDigest}

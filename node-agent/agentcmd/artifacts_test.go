@@ -20,11 +20,14 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
+	"github.com/ck-synapse/synapse-fleet/node-agent/convert"
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/tinymodel"
 )
 
 func runCmd(t *testing.T, args ...string) (string, error) {
@@ -108,5 +111,38 @@ func TestTheANEBackendIsNeverReplacedByTheStandIn(t *testing.T) {
 	}
 	if _, err := platformOf(options{backend: "auto"}); err == nil {
 		t.Fatal("an unknown backend was accepted")
+	}
+}
+
+func TestArtifactsConvertACheckpointThatThenVerifiesForTheANE(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "checkpoint")
+	if err := tinymodel.Write(ck, tinymodel.ModernBERT(), 1, 1, tinymodel.Tokenizer); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	out, err := runCmd(t, "artifacts", "convert", ck, "--root", root, "--model", "tiny", "--revision", "r1", "--rungs", "64,128",
+		"--chip-family", "M4", "--macos-build", "25B78")
+	if err != nil {
+		t.Fatalf("convert: %v\n%s", err, out)
+	}
+	digests := regexp.MustCompile(`checkpoint (sha256:[0-9a-f]{64}), policy (sha256:[0-9a-f]{64})`).FindStringSubmatch(out)
+	if digests == nil || !strings.Contains(out, "parity passed") {
+		t.Fatalf("convert said %q", out)
+	}
+	dir := filepath.Join(root, "tiny", "r1", convert.DefaultPolicy.Name)
+	out, err = runCmd(t, "artifacts", "verify", dir, "--backend", "ane", "--model", "tiny", "--revision", "r1", "--checkpoint-digest", digests[1],
+		"--conversion-policy", convert.DefaultPolicy.Name, "--conversion-policy-digest", digests[2], "--converter-version", convert.ConverterVersion,
+		"--chip-family", "M4", "--macos-build", "25B78", "--rungs", "128")
+	if err != nil || !strings.Contains(out, "verified") {
+		t.Fatalf("verify: %v\n%s", err, out)
+	}
+	// Converting again over a published artifact is refused, not overwritten.
+	if _, err := runCmd(t, "artifacts", "convert", ck, "--root", root, "--model", "tiny", "--revision", "r1", "--rungs", "64",
+		"--chip-family", "M4", "--macos-build", "25B78"); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Fatalf("a second conversion: %v", err)
+	}
+	if _, err := runCmd(t, "artifacts", "convert", ck, "--root", root, "--model", "tiny", "--revision", "r2", "--rungs", "100",
+		"--chip-family", "M4", "--macos-build", "25B78"); err == nil || !strings.Contains(err.Error(), "multiple of 64") {
+		t.Fatalf("a rung the device cannot take: %v", err)
 	}
 }

@@ -61,23 +61,23 @@ type Config struct {
 
 // hfConfig is the subset of a Hugging Face config.json the two families use.
 type hfConfig struct {
-	ModelType              string `json:"model_type"`
-	HiddenSize             int
-	IntermediateSize       int `json:"intermediate_size"`
-	NumHiddenLayers        int `json:"num_hidden_layers"`
-	NumAttentionHeads      int `json:"num_attention_heads"`
-	NumKeyValueHeads       int `json:"num_key_value_heads"`
-	HeadDim                int `json:"head_dim"`
-	VocabSize              int `json:"vocab_size"`
-	NormEps                *float64
-	RMSNormEps             *float64 `json:"rms_norm_eps"`
-	RoPETheta              float64
-	GlobalRoPETheta        float64 `json:"global_rope_theta"`
-	LocalRoPETheta         float64
-	GlobalAttnEveryNLayers int `json:"global_attn_every_n_layers"`
-	LocalAttention         int `json:"local_attention"`
-	HiddenActivation       string
-	HiddenAct              string
+	ModelType              string          `json:"model_type"`
+	HiddenSize             int             `json:"hidden_size"`
+	IntermediateSize       int             `json:"intermediate_size"`
+	NumHiddenLayers        int             `json:"num_hidden_layers"`
+	NumAttentionHeads      int             `json:"num_attention_heads"`
+	NumKeyValueHeads       int             `json:"num_key_value_heads"`
+	HeadDim                int             `json:"head_dim"`
+	VocabSize              int             `json:"vocab_size"`
+	NormEps                *float64        `json:"norm_eps"`
+	RMSNormEps             *float64        `json:"rms_norm_eps"`
+	RoPETheta              float64         `json:"rope_theta"`
+	GlobalRoPETheta        float64         `json:"global_rope_theta"`
+	LocalRoPETheta         float64         `json:"local_rope_theta"`
+	GlobalAttnEveryNLayers int             `json:"global_attn_every_n_layers"`
+	LocalAttention         int             `json:"local_attention"`
+	HiddenActivation       string          `json:"hidden_activation"`
+	HiddenAct              string          `json:"hidden_act"`
 	NormBias               *bool           `json:"norm_bias"`
 	AttentionBias          *bool           `json:"attention_bias"`
 	MLPBias                *bool           `json:"mlp_bias"`

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package family
+package family_test
 
 import (
 	"flag"
@@ -25,6 +25,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/family"
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/tinymodel"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -37,80 +40,23 @@ func (m mapWeights) Tensor(name string, shape ...int) ([]float32, error) {
 	if !ok {
 		return nil, fmt.Errorf("no tensor %s", name)
 	}
-	if len(v) != product(shape) {
+	if n := product(shape); len(v) != n {
 		return nil, fmt.Errorf("tensor %s has %d values, want %v", name, len(v), shape)
 	}
 	return v, nil
 }
 
-func tinyModernBERT() Config {
-	return Config{Kind: ModernBERT, Hidden: 32, Intermediate: 48, Layers: 3, Heads: 4, KVHeads: 4, HeadDim: 8, Vocab: 50,
-		NormEps: 1e-5, RoPETheta: 160000, LocalRoPETheta: 10000, GlobalEvery: 3, LocalWindow: 4, Pooling: PoolCLS}
-}
-
-func tinyQwen3() Config {
-	return Config{Kind: Qwen3, Hidden: 32, Intermediate: 48, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 16, Vocab: 50,
-		NormEps: 1e-6, RoPETheta: 1e6, Pooling: PoolLast}
-}
-
-// randomWeights gives every tensor the family names random values: matrices scaled by their
-// fan-in, norms around 1.
-func randomWeights(c Config, seed uint64) mapWeights {
-	r := rand.New(rand.NewPCG(seed, 11))
+// randomWeights is the tiny model's checkpoint in memory.
+func randomWeights(c family.Config, seed uint64) mapWeights {
 	w := mapWeights{}
-	mat := func(name string, out, in int) {
-		v := make([]float32, out*in)
-		s := 1 / math.Sqrt(float64(in))
-		for i := range v {
-			v[i] = float32(s * (2*r.Float64() - 1))
-		}
-		w[name] = v
-	}
-	norm := func(name string, n int) {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(1 + 0.2*(2*r.Float64()-1))
-		}
-		w[name] = v
-	}
-	h, in := c.Hidden, c.Intermediate
-	switch c.Kind {
-	case ModernBERT:
-		mat("embeddings.tok_embeddings.weight", c.Vocab, h)
-		norm("embeddings.norm.weight", h)
-		for i := range c.Layers {
-			p := fmt.Sprintf("layers.%d.", i)
-			if i > 0 {
-				norm(p+"attn_norm.weight", h)
-			}
-			mat(p+"attn.Wqkv.weight", 3*h, h)
-			mat(p+"attn.Wo.weight", h, h)
-			norm(p+"mlp_norm.weight", h)
-			mat(p+"mlp.Wi.weight", 2*in, h)
-			mat(p+"mlp.Wo.weight", h, in)
-		}
-		norm("final_norm.weight", h)
-	case Qwen3:
-		mat("embed_tokens.weight", c.Vocab, h)
-		qd, kvd := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-		for i := range c.Layers {
-			p := fmt.Sprintf("layers.%d.", i)
-			norm(p+"input_layernorm.weight", h)
-			mat(p+"self_attn.q_proj.weight", qd, h)
-			mat(p+"self_attn.k_proj.weight", kvd, h)
-			mat(p+"self_attn.v_proj.weight", kvd, h)
-			norm(p+"self_attn.q_norm.weight", c.HeadDim)
-			norm(p+"self_attn.k_norm.weight", c.HeadDim)
-			mat(p+"self_attn.o_proj.weight", h, qd)
-			norm(p+"post_attention_layernorm.weight", h)
-			mat(p+"mlp.gate_proj.weight", in, h)
-			mat(p+"mlp.up_proj.weight", in, h)
-			mat(p+"mlp.down_proj.weight", h, in)
-		}
-		norm("norm.weight", h)
+	for name, t := range tinymodel.Weights(c, seed, 1) {
+		w[name] = t.Values
 	}
 	return w
 }
+
+func tinyModernBERT() family.Config { return tinymodel.ModernBERT() }
+func tinyQwen3() family.Config      { return tinymodel.Qwen3() }
 
 // The independent float64 forward pass, written from the models' definitions, token-major
 // ([position][channel]), over the real tokens only: no padding, no masks but the model's own.
@@ -235,12 +181,12 @@ func attend(q, k, v mat64, heads, kvHeads, d int, theta float64, qn, kn []float3
 	return out
 }
 
-func pool(c Config, x mat64) []float32 {
+func pool(c family.Config, x mat64) []float32 {
 	var v []float64
 	switch c.Pooling {
-	case PoolCLS:
+	case family.PoolCLS:
 		v = x[0]
-	case PoolLast:
+	case family.PoolLast:
 		v = x[len(x)-1]
 	}
 	var norm float64
@@ -254,9 +200,9 @@ func pool(c Config, x mat64) []float32 {
 	return out
 }
 
-func forward64(c Config, w mapWeights, tokens []int32) []float32 {
+func forward64(c family.Config, w mapWeights, tokens []int32) []float32 {
 	x := make(mat64, len(tokens))
-	table := map[bool]string{true: "embeddings.tok_embeddings.weight", false: "embed_tokens.weight"}[c.Kind == ModernBERT]
+	table := map[bool]string{true: "embeddings.tok_embeddings.weight", false: "embed_tokens.weight"}[c.Kind == family.ModernBERT]
 	for s, tok := range tokens {
 		x[s] = make([]float64, c.Hidden)
 		for i := range c.Hidden {
@@ -266,7 +212,7 @@ func forward64(c Config, w mapWeights, tokens []int32) []float32 {
 	eps := float64(c.NormEps)
 	h, in := c.Hidden, c.Intermediate
 	switch c.Kind {
-	case ModernBERT:
+	case family.ModernBERT:
 		x = layerNorm(x, w["embeddings.norm.weight"], eps)
 		for l := range c.Layers {
 			p := fmt.Sprintf("layers.%d.", l)
@@ -297,7 +243,7 @@ func forward64(c Config, w mapWeights, tokens []int32) []float32 {
 			x = add(x, linear(act, w[p+"mlp.Wo.weight"], h))
 		}
 		x = layerNorm(x, w["final_norm.weight"], eps)
-	case Qwen3:
+	case family.Qwen3:
 		rms := func(m mat64, gamma []float32) mat64 {
 			out := make(mat64, len(m))
 			for s := range m {
@@ -330,10 +276,10 @@ func forward64(c Config, w mapWeights, tokens []int32) []float32 {
 }
 
 func TestTheCPUReferenceOfEachFamilyMatchesAnIndependentFloat64Pass(t *testing.T) {
-	for _, c := range []Config{tinyModernBERT(), tinyQwen3()} {
+	for _, c := range []family.Config{tinyModernBERT(), tinyQwen3()} {
 		t.Run(string(c.Kind), func(t *testing.T) {
 			w := randomWeights(c, 5)
-			ref, err := NewReference(c, w, 64)
+			ref, err := family.NewReference(c, w, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -365,13 +311,13 @@ func TestTheCPUReferenceOfEachFamilyMatchesAnIndependentFloat64Pass(t *testing.T
 }
 
 func TestPaddingNeverChangesAnEmbedding(t *testing.T) {
-	for _, c := range []Config{tinyModernBERT(), tinyQwen3()} {
+	for _, c := range []family.Config{tinyModernBERT(), tinyQwen3()} {
 		w := randomWeights(c, 6)
-		short, err := NewReference(c, w, 64)
+		short, err := family.NewReference(c, w, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
-		long, err := NewReference(c, w, 128)
+		long, err := family.NewReference(c, w, 128)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,10 +333,10 @@ func TestPaddingNeverChangesAnEmbedding(t *testing.T) {
 }
 
 func TestEachFamilysLayerEmitsItsGoldenSources(t *testing.T) {
-	for _, c := range []Config{tinyModernBERT(), tinyQwen3()} {
+	for _, c := range []family.Config{tinyModernBERT(), tinyQwen3()} {
 		w := randomWeights(c, 7)
 		for _, layer := range []int{1, c.Layers - 1} {
-			g, y, err := Layer(c, layer, 64, w)
+			g, y, err := family.Layer(c, layer, 64, w)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -398,7 +344,7 @@ func TestEachFamilysLayerEmitsItsGoldenSources(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g2, y2, _ := Layer(c, layer, 64, w)
+			g2, y2, _ := family.Layer(c, layer, 64, w)
 			p2, _ := g2.Program(y2)
 			if p.Digest() != p2.Digest() {
 				t.Fatalf("%s layer %d emitted different sources twice", c.Kind, layer)
@@ -414,12 +360,12 @@ func TestAMissingOrMisshapenTensorIsRefusedByName(t *testing.T) {
 	c := tinyQwen3()
 	w := randomWeights(c, 8)
 	delete(w, "layers.1.self_attn.k_norm.weight")
-	if _, _, err := Layer(c, 1, 64, w); err == nil || !strings.Contains(err.Error(), "layers.1.self_attn.k_norm.weight") {
+	if _, _, err := family.Layer(c, 1, 64, w); err == nil || !strings.Contains(err.Error(), "layers.1.self_attn.k_norm.weight") {
 		t.Fatalf("a missing tensor: %v", err)
 	}
 	w = randomWeights(c, 8)
 	w["layers.0.mlp.up_proj.weight"] = w["layers.0.mlp.up_proj.weight"][:10]
-	if _, _, err := Layer(c, 0, 64, w); err == nil || !strings.Contains(err.Error(), "up_proj") {
+	if _, _, err := family.Layer(c, 0, 64, w); err == nil || !strings.Contains(err.Error(), "up_proj") {
 		t.Fatalf("a misshapen tensor: %v", err)
 	}
 }
@@ -442,4 +388,12 @@ func golden(t *testing.T, name string, got []byte) {
 	if string(want) != string(got) {
 		t.Fatalf("%s differs from its golden file (run with -update if the change is intended)", name)
 	}
+}
+
+func product(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }

@@ -226,7 +226,7 @@ func (g *Graph) Attention(name string, q, k, v, mask Value, a Attention) Value {
 		ints("outshape", 1, h*d, 1, seq),
 		fmt.Sprintf(`%s %s = reshape(shape = %s_outshape, x = %s_heads)[name = string("%s")];`, g.tensor(h*d), name, name, name, name))
 
-	ref := attentionRef{a: a, seq: seq, qg: qg, kg: kg, cos: cos, sin: sin, scale: float64(fp16(scale)), eps: float64(fp16(a.NormEps))}
+	ref := attentionRef{a: a, seq: seq, qg: qg, kg: kg, cos: cos, sin: sin, scale: float64(fp16(scale)), eps: fp16(a.NormEps)}
 	return g.add(op{lines: lines, out: out, eval: func(env map[string][]float32, p precision) []float32 {
 		return ref.eval(env[q.name], env[k.name], env[v.name], env[mask.name], p)
 	}})
@@ -251,11 +251,12 @@ func rope(theta float64, d, seq int) (cos, sin []float32) {
 // fp16 as the device holds it; a composed step (a norm, a dot product, the softmax) runs in
 // float64 and is rounded once.
 type attentionRef struct {
-	a          Attention
-	seq        int
-	qg, kg     []float32
-	cos, sin   []float32
-	scale, eps float64
+	a        Attention
+	seq      int
+	qg, kg   []float32
+	cos, sin []float32
+	scale    float64
+	eps      float32
 }
 
 func (r attentionRef) eval(q, k, v, mask []float32, p precision) []float32 {
@@ -277,15 +278,15 @@ func (r attentionRef) eval(q, k, v, mask []float32, p precision) []float32 {
 		if gamma == nil {
 			return
 		}
+		col := make([]float32, d)
 		for _, h := range hs {
 			for s := range seq {
-				var sq float64
 				for i := range d {
-					sq += float64(h[i][s]) * float64(h[i][s])
+					col[i] = h[i][s]
 				}
-				inv := 1 / math.Sqrt(sq/float64(d)+r.eps)
+				inv := p.rmsInv(col, r.eps)
 				for i := range d {
-					h[i][s] = fp16(float32(float64(h[i][s])*inv) * gamma[i])
+					h[i][s] = fp16(fp16(h[i][s]*inv) * gamma[i])
 				}
 			}
 		}

@@ -36,8 +36,9 @@ func (v Value) Channels() int { return v.channels }
 
 // op is one operation: its MIL lines (constants first, in the order they were made) and its
 // CPU evaluation over float32 values that are rounded to fp16 after every operation, as the
-// device holds them. A composed operation (RMSNorm's five MIL steps) is evaluated with its
-// intermediates in float64 and rounded once: closer than the device, within the parity bound.
+// device holds them. A composed operation rounds each of its MIL steps in turn (RMSNorm's
+// square overflows as the device's does); a single MIL operation with inner sums (a matmul, a
+// reduction, layer_norm, softmax) accumulates wider and rounds its result.
 type op struct {
 	lines []string
 	out   Value
@@ -284,21 +285,20 @@ func (g *Graph) RMSNorm(name string, x Value, gamma []float32, eps float32) Valu
 		fmt.Sprintf(`%s %s_norm = mul(x = %s, y = %s_inv)[name = string("%s_norm")];`, g.tensor(c), name, x.name, name, name),
 		fmt.Sprintf(`%s %s = mul(x = %s_norm, y = %s_gamma)[name = string("%s")];`, g.tensor(c), name, name, name, name),
 	}
-	seq, e := g.seq, float64(fp16(eps))
+	seq, e := g.seq, fp16(eps)
 	return g.add(op{lines: lines, out: Value{name: name, channels: c}, eval: func(env map[string][]float32, p precision) []float32 {
 		xs, out := env[x.name], make([]float32, c*seq)
+		sq := make([]float32, c)
 		for s := range seq {
-			var sq float64
 			for i := range c {
-				v := float64(xs[i*seq+s])
-				sq += v * v
+				sq[i] = xs[i*seq+s]
 			}
-			inv := 1 / math.Sqrt(sq/float64(c)+e)
+			inv := p.rmsInv(sq, e)
 			for i := range c {
-				out[i*seq+s] = float32(float64(xs[i*seq+s])*inv) * gw[i]
+				out[i*seq+s] = p.v(p.v(xs[i*seq+s]*inv) * gw[i])
 			}
 		}
-		return p.s(out)
+		return out
 	}})
 }
 
@@ -370,6 +370,18 @@ func (p precision) v(x float32) float32 {
 		return x
 	}
 	return fp16(x)
+}
+
+// rmsInv is 1/sqrt(mean(x^2) + eps) as the five MIL steps compute it: each square, the mean,
+// the sum and the root rounded in turn, so a square fp16 cannot hold overflows here as it does
+// on the device (the mean is accumulated wider, as the device's reduction is).
+func (p precision) rmsInv(x []float32, eps float32) float32 {
+	var sum float64
+	for _, v := range x {
+		sum += float64(p.v(v * v))
+	}
+	mean := p.v(float32(sum / float64(len(x))))
+	return p.v(float32(1 / math.Sqrt(float64(p.v(mean+eps)))))
 }
 
 func (p precision) s(x []float32) []float32 {
