@@ -104,4 +104,3 @@ func TestConcurrentEncodingsAgree(t *testing.T) {
 		t.Fatal(e)
 	}
 }
-
