@@ -100,6 +100,9 @@ type Job struct {
 	// Retried is set on a job put back after the device refused it for resources; its
 	// duration is never learned.
 	Retried bool
+	// Recycled is set on a job put back because its worker asked to be replaced before its
+	// compile limit; a replacement that asks again refuses it.
+	Recycled bool
 
 	waiters map[Ticket]waiter
 	// The last promise made to a request, accepted or refused: the delay and when it was
@@ -316,6 +319,13 @@ func (q *Queue) StartBackground(now time.Time, owner string, shape Shape, layers
 // waiters, after the supervisor has evicted to make room. It is retried once.
 func (q *Queue) Retry(j *Job) {
 	j.Retried = true
+	q.queued = slices.Insert(q.queued, 0, j)
+}
+
+// Recycle puts a job whose worker asked to be replaced back at the head of the queue, with its
+// waiters: the owner is recovering, so it is elected again once the replacement runs.
+func (q *Queue) Recycle(j *Job) {
+	j.Recycled = true
 	q.queued = slices.Insert(q.queued, 0, j)
 }
 

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
+	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 )
 
@@ -126,6 +127,18 @@ func (s *Supervisor) admitted(now time.Time, m *model, gen int64, sh *shape, j *
 		s.queue.Finish()
 		delete(m.shapes, sh.rung)
 		s.used -= sh.charge
+		if we.Code == protocol.CodeRecycle && m.gen == gen && m.state == running && !j.Recycled {
+			// The worker asks to be replaced before its compile limit. Its admission waits,
+			// with its requests, for the replacement, which starts with no compiles made.
+			s.log.Info("the worker asked to be replaced before its compile limit; its admission waits for the replacement",
+				"lane", lane, "generation", gen, "rung", sh.rung, "message", we.Message)
+			if !m.prewarming(j) {
+				s.queue.Recycle(j)
+			}
+			s.fault(now, m, gen, fmt.Errorf("replaced at its own request: %s", we.Message))
+			m.lastFault = &Fault{Code: protocol.CodeRecycle, Message: fmt.Sprintf("worker generation %d asked to be replaced: %s", gen, we.Message), At: now}
+			return
+		}
 		code := refusal.WorkerRefused
 		if we.Code == string(refusal.ResourcesExhausted) {
 			code = refusal.ResourcesExhausted

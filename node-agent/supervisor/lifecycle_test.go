@@ -20,10 +20,12 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 )
 
@@ -408,5 +410,56 @@ func TestADeadWorkerWhoseReplacementFailsToStartFailsEveryRequestBackendUnavaila
 		t.Fatalf("after recovery: %v", a.err)
 	} else {
 		a.lease.Release()
+	}
+}
+
+func TestAWorkerThatAsksToBeReplacedHasItsAdmissionRunByTheReplacement(t *testing.T) {
+	h := newHarness(t, 100)
+	h.load("a")
+	w := h.spawner.worker(t, "a", 1)
+	w.mu.Lock()
+	w.admitErrs = []error{&WorkerError{Code: protocol.CodeRecycle, Message: "rung 128 needs 22 compiles and this worker has made 90 of its 100"}}
+	w.mu.Unlock()
+	c := h.acquire("a", 128)
+	h.admitWaiting()
+	// The request is not failed: it waits, with its admission, for the replacement.
+	eventually(t, "generation 2 runs", h.state(func(s *Supervisor) bool { return s.models["a"].gen == 2 && s.models["a"].state == running }))
+	for pending(c) {
+		h.step(50 * time.Millisecond)
+	}
+	a := h.got(c)
+	if a.err != nil || a.lease.Generation() != 2 {
+		t.Fatalf("the request: %v, want a lease on the replacement", a.err)
+	}
+	a.lease.Release()
+	if calls := w.Calls(); !slices.Equal(calls, []string{"admit 128", "close"}) {
+		t.Fatalf("the first worker's calls %v, want its refused admission and its close", calls)
+	}
+	if calls := h.spawner.worker(t, "a", 2).Calls(); !slices.Equal(calls, []string{"admit 128"}) {
+		t.Fatalf("the replacement's calls %v, want the admission", calls)
+	}
+	snap, _ := h.s.Snapshot("a")
+	if snap.LastFault == nil || snap.LastFault.Code != protocol.CodeRecycle {
+		t.Fatalf("last fault %+v, want the recycle said as such", snap.LastFault)
+	}
+}
+
+func TestAnAdmissionIsRecycledOnceNotForEver(t *testing.T) {
+	h := newHarness(t, 100)
+	h.spawner.configure = func(w *fakeWorker) {
+		w.admitErrs = []error{&WorkerError{Code: protocol.CodeRecycle, Message: "no compiles left"}}
+	}
+	h.load("a")
+	c := h.acquire("a", 128)
+	h.admitWaiting()
+	eventually(t, "generation 2 runs", h.state(func(s *Supervisor) bool { return s.models["a"].gen == 2 && s.models["a"].state == running }))
+	for pending(c) {
+		h.step(50 * time.Millisecond)
+	}
+	if a := h.got(c); refusal.CodeOf(a.err) != refusal.WorkerRefused || !strings.Contains(a.err.Error(), "no compiles left") {
+		t.Fatalf("a second recycle of the same admission: %v, want worker_refused", a.err)
+	}
+	if n := h.spawner.spawned("a"); n != 2 {
+		t.Fatalf("%d workers spawned, want the first and one replacement", n)
 	}
 }

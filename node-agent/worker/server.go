@@ -150,6 +150,13 @@ func bodyKind(req *pb.Request) string {
 
 func (s *Server) handle(ctx context.Context, req *pb.Request) *pb.Response {
 	fail := func(err error) *pb.Response {
+		if errors.Is(err, ErrDeviceTimeout) {
+			// The driver call never returned: its thread is stuck and the device's state is
+			// unknown. The worker exits without answering, so the agent confirms the exit and
+			// starts a replacement rather than trust this process again.
+			fmt.Fprintf(s.Stderr, "ane-direct device timeout: %v; exiting\n", err)
+			s.Exit(3)
+		}
 		var e *Error
 		if !errors.As(err, &e) {
 			e = &Error{Code: "worker_error", Message: err.Error()}

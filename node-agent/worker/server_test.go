@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"strings"
@@ -211,5 +212,27 @@ func TestProbeRatiosAreReadForEveryRungOrSingleRungsAndBadOnesRefused(t *testing
 		if got := p.DeviceMs / p.CpuMs; got < want-0.001 || got > want+0.001 {
 			t.Errorf("rung %d: ratio %.3f, want %.2f", p.Rung, got, want)
 		}
+	}
+}
+
+// timeoutBackend is a backend whose device never returns from an admission.
+type timeoutBackend struct{ *Sim }
+
+func (timeoutBackend) Admit(context.Context, uint32) (Admission, error) {
+	return Admission{}, fmt.Errorf("admitting: %w", ErrDeviceTimeout)
+}
+
+func TestADeviceCallThatNeverReturnsEndsTheWorker(t *testing.T) {
+	var stderr bytes.Buffer
+	s := newServer(&stderr)
+	s.Backend = timeoutBackend{s.Backend.(*Sim)}
+	code := -1
+	s.Exit = func(c int) { code = c }
+	converse(t, s,
+		&pb.Request{Id: 1, Body: &pb.Request_Load{Load: &pb.Load{Identity: "gte", Layers: 2, Dimensions: 8, Rungs: []uint32{128}}}},
+		&pb.Request{Id: 2, Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: 128}}},
+	)
+	if code != 3 || !strings.Contains(stderr.String(), "device timeout") {
+		t.Fatalf("exit code %d, stderr %q: a worker whose device call never returned must exit for its replacement", code, stderr.String())
 	}
 }

@@ -1,0 +1,440 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/aneartifact"
+	"github.com/ck-synapse/synapse-fleet/node-agent/family"
+	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
+	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
+	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
+)
+
+// Device is the Neural Engine as the ane backend drives it: package ane on macOS, a fake in
+// tests. Everything above it (which layers to compile, the compile limit, the temp-space
+// check, evaluation through the layers, the probe) is here and runs everywhere.
+type Device interface {
+	// Program builds the in-memory model of one layer's program (nothing is written or
+	// compiled yet).
+	Program(p mil.Program) (DeviceProgram, error)
+	// TempSpace is the free space where the compiler writes its sources.
+	TempSpace() (int64, error)
+}
+
+// DeviceProgram is one layer's program on the device.
+type DeviceProgram interface {
+	// Identifier is aned's content identifier for the program.
+	Identifier() string
+	// Cached reports whether aned holds the program compiled.
+	Cached() (bool, error)
+	// Compile writes the program's sources to the temporary folder and compiles it.
+	Compile() error
+	// Load makes the compiled program resident.
+	Load() error
+	// Eval runs the resident program on x and the key mask, writing its output to out.
+	Eval(x, mask, out []float32) error
+	Unload() error
+	Close()
+}
+
+// ErrDeviceResources is a load the device refused for resources; ErrDeviceTimeout a call that
+// did not return in time (its outcome unknown). Devices wrap them.
+var (
+	ErrDeviceResources = errors.New("the Neural Engine cannot hold the program")
+	ErrDeviceTimeout   = errors.New("the Neural Engine call did not return in time")
+)
+
+// CodeRecycle is the admission refusal by which a worker asks to be replaced.
+const CodeRecycle = protocol.CodeRecycle
+
+// The ane backend's limits.
+const (
+	// DefaultCompileLimit is the compiles one worker process makes: later compiles are
+	// reported to fail silently after about 119, so a worker stops well before.
+	DefaultCompileLimit = 100
+	// TempSpaceMargin is kept free beyond a layer's sources before it compiles.
+	TempSpaceMargin = 512 << 20
+)
+
+// ANE is the worker backend on the Neural Engine: each rung is the model's layers, each a
+// program loaded from aned's cache where it is held and compiled otherwise; the token
+// embedding and the pooling run on the CPU.
+type ANE struct {
+	Device Device
+	Clock  clock.PassiveClock
+	// CompileLimit caps this process's compiles (DefaultCompileLimit if zero).
+	CompileLimit int
+
+	mu       sync.Mutex
+	model    *aneartifact.Model
+	rungs    []uint32
+	resident map[uint32]*aneRung
+	compiles int
+}
+
+// aneRung is one resident rung: its layers in order.
+type aneRung struct {
+	progs []DeviceProgram
+	refs  []*aneartifact.Layer
+}
+
+func (a *ANE) limit() int {
+	if a.CompileLimit > 0 {
+		return a.CompileLimit
+	}
+	return DefaultCompileLimit
+}
+
+// Load reads the verified artifact and checks, for each rung, whether aned holds its first and
+// last layers (layers compile in order within an admission, so a cached last layer means the
+// rung was compiled once). Nothing is written or compiled.
+func (a *ANE) Load(ctx context.Context, l *pb.Load) ([]uint32, error) {
+	if l.ArtifactDir == "" {
+		return nil, &Error{Code: "invalid_model", Message: "the ane backend loads only from a verified artifact"}
+	}
+	m, err := aneartifact.Load(l.ArtifactDir)
+	if err != nil {
+		return nil, &Error{Code: "artifact_unreadable", Message: err.Error()}
+	}
+	if int(l.Layers) != m.Config.Layers || int(l.Dimensions) != m.Config.Hidden {
+		m.Close()
+		return nil, &Error{Code: "invalid_model", Message: fmt.Sprintf("the artifact has %d layers of %d dimensions; %d of %d were asked for",
+			m.Config.Layers, m.Config.Hidden, l.Layers, l.Dimensions)}
+	}
+	for _, r := range l.Rungs {
+		if !slices.Contains(m.Rungs(), int(r)) {
+			m.Close()
+			return nil, &Error{Code: "artifact_missing", Message: fmt.Sprintf("the artifact has no programs for rung %d", r)}
+		}
+	}
+	cached := []uint32{}
+	for _, r := range l.Rungs {
+		hit := true
+		for _, i := range []int{0, m.Config.Layers - 1} {
+			ok, err := a.cached(m, i, int(r))
+			if err != nil {
+				m.Close()
+				return nil, err
+			}
+			hit = hit && ok
+		}
+		if hit {
+			cached = append(cached, r)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.model != nil {
+		a.model.Close()
+	}
+	a.model, a.rungs, a.resident = m, slices.Clone(l.Rungs), map[uint32]*aneRung{}
+	return cached, nil
+}
+
+func (a *ANE) cached(m *aneartifact.Model, layer, rung int) (bool, error) {
+	ly, err := m.Layer(layer, rung)
+	if err != nil {
+		return false, &Error{Code: "artifact_unreadable", Message: err.Error()}
+	}
+	p, err := a.Device.Program(ly.Program)
+	if err != nil {
+		return false, deviceError(err)
+	}
+	defer p.Close()
+	ok, err := p.Cached()
+	if err != nil {
+		return false, deviceError(err)
+	}
+	return ok, nil
+}
+
+// Admit loads every layer of rung: a layer aned holds loads without its sources being written
+// or compiled (and is compiled once if that load fails); the others compile, each after a
+// temp-space check. If the rung needs more compiles than this process may still make, the
+// admission is refused with CodeRecycle before anything is compiled.
+func (a *ANE) Admit(ctx context.Context, rung uint32) (adm Admission, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	start := a.Clock.Now()
+	defer func() { adm.Took = a.Clock.Since(start) }()
+	if a.model == nil {
+		return adm, &Error{Code: "not_loaded", Message: "no model is loaded"}
+	}
+	if !slices.Contains(a.rungs, rung) {
+		return adm, &Error{Code: "unsupported_shape", Message: fmt.Sprintf("rung %d is not in the ladder %v", rung, a.rungs)}
+	}
+	if r, ok := a.resident[rung]; ok {
+		return Admission{Layers: len(r.progs), CacheHit: len(r.progs)}, nil
+	}
+	n := a.model.Config.Layers
+	r := &aneRung{}
+	fail := func(err error) (Admission, error) {
+		for _, p := range r.progs {
+			_ = p.Unload()
+			p.Close()
+		}
+		return adm, err
+	}
+	// Build every layer's program and ask aned which it holds, so the compile budget is
+	// checked before the first compile.
+	var programs []DeviceProgram
+	var held []bool
+	closeRest := func(from int) {
+		for _, p := range programs[from:] {
+			p.Close()
+		}
+	}
+	for i := range n {
+		ly, err := a.model.Layer(i, int(rung))
+		if err != nil {
+			closeRest(0)
+			return adm, &Error{Code: "artifact_unreadable", Message: err.Error()}
+		}
+		p, err := a.Device.Program(ly.Program)
+		if err != nil {
+			closeRest(0)
+			return adm, deviceError(err)
+		}
+		ok, err := p.Cached()
+		if err != nil {
+			p.Close()
+			closeRest(0)
+			return adm, deviceError(err)
+		}
+		programs, held, r.refs = append(programs, p), append(held, ok), append(r.refs, ly)
+	}
+	need := 0
+	for _, h := range held {
+		if !h {
+			need++
+		}
+	}
+	switch {
+	case need > a.limit():
+		closeRest(0)
+		return adm, &Error{Code: "compile_limit", Message: fmt.Sprintf("rung %d needs %d compiles; one worker makes at most %d", rung, need, a.limit())}
+	case a.compiles+need > a.limit():
+		closeRest(0)
+		return adm, &Error{Code: CodeRecycle, Message: fmt.Sprintf("rung %d needs %d compiles and this worker has made %d of its %d: replace it", rung, need, a.compiles, a.limit())}
+	}
+	for i, p := range programs {
+		if err := ctx.Err(); err != nil {
+			closeRest(i)
+			return fail(err)
+		}
+		compiled := false
+		if !held[i] {
+			if err := a.compile(p, r.refs[i].Program); err != nil {
+				closeRest(i)
+				return fail(err)
+			}
+			compiled = true
+		}
+		if err := p.Load(); err != nil {
+			if compiled || errors.Is(err, ErrDeviceResources) || errors.Is(err, ErrDeviceTimeout) {
+				closeRest(i)
+				return fail(deviceError(err))
+			}
+			// aned held it but the load failed: compile once, then load.
+			if err := a.compile(p, r.refs[i].Program); err != nil {
+				closeRest(i)
+				return fail(err)
+			}
+			compiled = true
+			if err := p.Load(); err != nil {
+				closeRest(i)
+				return fail(deviceError(err))
+			}
+		}
+		r.progs = append(r.progs, p)
+		adm.Layers++
+		if compiled {
+			adm.Compiled++
+		} else {
+			adm.CacheHit++
+		}
+		reportProgress(ctx, adm.Layers, n)
+	}
+	a.resident[rung] = r
+	return adm, nil
+}
+
+// compile checks the temp space (only a layer that must compile writes sources) and compiles.
+func (a *ANE) compile(p DeviceProgram, src mil.Program) error {
+	need := int64(len(src.Text)+len(src.Weights)) + TempSpaceMargin
+	free, err := a.Device.TempSpace()
+	if err != nil {
+		return deviceError(err)
+	}
+	if free < need {
+		return &Error{Code: "ane_temp_space_low", Message: fmt.Sprintf("%d MiB free in the temporary folder; compiling needs %d MiB", free>>20, need>>20)}
+	}
+	a.compiles++
+	if err := p.Compile(); err != nil {
+		return deviceError(err)
+	}
+	return nil
+}
+
+// deviceError maps a device failure to the worker's refusal codes; a timeout is not a refusal
+// but a fault (its outcome is unknown), so it is returned as it is.
+func deviceError(err error) error {
+	switch {
+	case errors.Is(err, ErrDeviceTimeout):
+		return err
+	case errors.Is(err, ErrDeviceResources):
+		return &Error{Code: "ane_resources_exhausted", Message: err.Error()}
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: "ane_failed", Message: err.Error()}
+}
+
+// Evict unloads a resident rung.
+func (a *ANE) Evict(rung uint32) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.resident[rung]
+	if !ok {
+		return &Error{Code: "not_resident", Message: fmt.Sprintf("rung %d is not resident", rung)}
+	}
+	delete(a.resident, rung)
+	var first error
+	for _, p := range r.progs {
+		if err := p.Unload(); err != nil && first == nil {
+			first = deviceError(err)
+		}
+		p.Close()
+	}
+	return first
+}
+
+// Resident lists the resident rungs.
+func (a *ANE) Resident() []uint32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]uint32, 0, len(a.resident))
+	for r := range a.resident {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Execute embeds each sequence on a resident rung: the lookup on the CPU, every layer on the
+// device, the pooling on the CPU. A sequence longer than the rung is refused, never cut.
+func (a *ANE) Execute(ctx context.Context, e *pb.Execute) (*pb.Reply, error) {
+	if e.Task != "embed" {
+		return nil, &Error{Code: "invalid_input", Message: fmt.Sprintf("the catalog families embed; task %q has no program", e.Task)}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.resident[e.Rung]
+	if !ok {
+		return nil, &Error{Code: "not_resident", Message: fmt.Sprintf("rung %d is not resident", e.Rung)}
+	}
+	reply := &pb.Reply{}
+	for i, seq := range e.Sequences {
+		if len(seq.TokenIds) == 0 || len(seq.TokenIds) > int(e.Rung) {
+			return nil, &Error{Code: "unsupported_shape", Message: fmt.Sprintf("sequence %d has %d tokens; rung %d takes 1 to %d", i, len(seq.TokenIds), e.Rung, e.Rung)}
+		}
+		out, err := a.forward(r, seq.TokenIds, int(e.Rung), true)
+		if err != nil {
+			return nil, err
+		}
+		reply.Vectors = append(reply.Vectors, &pb.Vector{Values: out})
+	}
+	return reply, nil
+}
+
+// forward runs one input through the rung's layers, on the device or on the CPU reference.
+func (a *ANE) forward(r *aneRung, ids []uint32, rung int, device bool) ([]float32, error) {
+	toks := make([]int32, len(ids))
+	for i, id := range ids {
+		if id > math.MaxInt32 {
+			return nil, &Error{Code: "invalid_input", Message: fmt.Sprintf("token id %d is outside the vocabulary", id)}
+		}
+		toks[i] = int32(id)
+	}
+	x, err := a.model.Embedder.Input(toks, rung)
+	if err != nil {
+		return nil, &Error{Code: "invalid_input", Message: err.Error()}
+	}
+	mask := family.KeyMask(len(toks), rung)
+	out := make([]float32, len(x))
+	for i := range r.refs {
+		if device {
+			if err := r.progs[i].Eval(x, mask, out); err != nil {
+				return nil, deviceError(err)
+			}
+			x, out = out, x
+			continue
+		}
+		if x, err = r.refs[i].Graph.EvalMasked(x, mask, r.refs[i].Out); err != nil {
+			return nil, err
+		}
+	}
+	return family.Pool(a.model.Config, x, len(toks), rung), nil
+}
+
+// Probe times the fastest of 5 forward passes of a 16-token input on the device and the
+// fastest of 5 on the CPU reference of the same programs, back to back.
+func (a *ANE) Probe(ctx context.Context, rung uint32) (device, cpu time.Duration, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.resident[rung]
+	if !ok {
+		return 0, 0, &Error{Code: "not_resident", Message: fmt.Sprintf("rung %d is not resident", rung)}
+	}
+	ids := make([]uint32, min(int(rung), 16))
+	for i := range ids {
+		ids[i] = uint32(i % a.model.Config.Vocab)
+	}
+	fastest := func(onDevice bool) (time.Duration, error) {
+		best := time.Duration(math.MaxInt64)
+		for range 5 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			start := a.Clock.Now()
+			if _, err := a.forward(r, ids, int(rung), onDevice); err != nil {
+				return 0, err
+			}
+			best = min(best, max(a.Clock.Since(start), time.Nanosecond))
+		}
+		return best, nil
+	}
+	if device, err = fastest(true); err != nil {
+		return 0, 0, err
+	}
+	if cpu, err = fastest(false); err != nil {
+		return 0, 0, err
+	}
+	return device, cpu, nil
+}
