@@ -1,5 +1,3 @@
-//go:build darwin && arm64
-
 /*
 Copyright 2026 The Synapse Fleet Authors.
 
@@ -18,11 +16,97 @@ limitations under the License.
 
 package worker
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
 
-// ErrANEUnavailable: the ane backend cannot run here. The worker never falls back to sim.
-var ErrANEUnavailable = errors.New("the ane backend is not built yet: the purego binding to the Neural Engine lands with its own issue")
+	"k8s.io/utils/clock"
 
-// NewANE returns the real Neural Engine backend. Until the binding lands it refuses to start,
-// so that nothing runs on the stand-in while claiming the Neural Engine.
-func NewANE() (Backend, error) { return nil, ErrANEUnavailable }
+	"github.com/ck-synapse/synapse-fleet/node-agent/ane"
+	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
+)
+
+// NewANE returns the Neural Engine backend: the private framework loaded and every class and
+// selector it calls probed first. It never falls back to anything else.
+func NewANE() (Backend, error) {
+	r, err := ane.Open()
+	if err != nil {
+		return nil, err
+	}
+	return &ANE{Device: device{r: r}, Clock: clock.RealClock{}}, nil
+}
+
+// device is the Neural Engine through package ane.
+type device struct{ r *ane.Runtime }
+
+func (d device) Program(p mil.Program) (DeviceProgram, error) {
+	m, err := d.r.NewModel(p)
+	if err != nil {
+		return nil, deviceErr(err)
+	}
+	return &program{m: m}, nil
+}
+
+// TempSpace is the free space of the per-user temporary folder the compiler writes to.
+func (d device) TempSpace() (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(os.TempDir(), &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
+
+// program is one layer's in-memory model and, once it is loaded and first evaluated, its
+// IOSurface evaluator.
+type program struct {
+	m  *ane.Model
+	ev *ane.Evaluator
+}
+
+func (p *program) Identifier() string { return p.m.Identifier() }
+
+func (p *program) Cached() (bool, error) {
+	ok, err := p.m.Cached()
+	return ok, deviceErr(err)
+}
+
+func (p *program) Compile() error { return deviceErr(p.m.Compile()) }
+func (p *program) Load() error    { return deviceErr(p.m.Load()) }
+
+func (p *program) Eval(x, mask, out []float32) error {
+	if p.ev == nil {
+		ev, err := p.m.NewEvaluator([]int{len(x), len(mask)}, len(out))
+		if err != nil {
+			return deviceErr(err)
+		}
+		p.ev = ev
+	}
+	return deviceErr(p.ev.Eval([][]float32{x, mask}, out))
+}
+
+func (p *program) Unload() error {
+	if p.ev != nil {
+		p.ev.Close()
+		p.ev = nil
+	}
+	return deviceErr(p.m.Unload())
+}
+
+func (p *program) Close() { p.m.Close() }
+
+// deviceErr maps package ane's errors to the backend's: a timeout's outcome is unknown, and a
+// load refused for resources is the device being full.
+func deviceErr(err error) error {
+	var ce *ane.CallError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ane.ErrTimeout):
+		return fmt.Errorf("%w: %v", ErrDeviceTimeout, err)
+	case errors.As(err, &ce) && ce.ResourcesExhausted:
+		return fmt.Errorf("%w: %v", ErrDeviceResources, err)
+	}
+	return err
+}
