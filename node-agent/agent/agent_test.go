@@ -20,6 +20,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -40,7 +41,9 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/tinymodel"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
 	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
 )
 
@@ -365,5 +368,33 @@ func TestLookupResolvesLaneNamesAndSaysWhyALaneCannotServe(t *testing.T) {
 		if _, _, err := a.Lookup(model); refusal.CodeOf(err) != want {
 			t.Errorf("%s: %v, want %s", model, err, want)
 		}
+	}
+}
+
+func TestALaneTokenizesWithItsArtifactsOwnTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	sim := &artifact.Verified{Dir: dir, Manifest: &artifact.Manifest{Backend: "sim"}}
+	if tok, err := laneTokenizer(sim); err != nil || tok != (tokenizer.Sim{}) {
+		t.Fatalf("a sim artifact without a tokenizer: %v, %v", tok, err)
+	}
+	ane := &artifact.Verified{Dir: dir, Manifest: &artifact.Manifest{Backend: "ane"}}
+	if tok, err := laneTokenizer(ane); err != nil || tok != nil {
+		t.Fatalf("an ane artifact without a tokenizer: %v, %v; want none (token ids only)", tok, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tinymodel.Tokenizer, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := laneTokenizer(ane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := tok.Encode("hello world!"); err != nil || !slices.Equal(ids, []uint32{0, 13, 17, 18, 1}) {
+		t.Fatalf("the artifact's tokenizer gave %v, %v", ids, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte(`{`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := laneTokenizer(ane); err == nil {
+		t.Fatal("an unreadable tokenizer was accepted")
 	}
 }

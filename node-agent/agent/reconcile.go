@@ -20,6 +20,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -35,6 +37,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/aneartifact"
+	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/httpapi"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
@@ -171,9 +175,9 @@ func (r *reconciler) load(ctx context.Context, l *lane, p *v1.LanePlacement, ide
 	l.key, l.spec, l.identity = key, p.Spec, identity
 	l.api = httpapi.Lane{Namespace: p.Namespace, Name: p.Spec.Lane, Key: key, Model: identity.Spec.Model.Name, Task: string(p.Spec.Task),
 		Device: string(p.Spec.Device), Rungs: rungs(p.Spec.Rungs), Ceiling: int(p.Spec.Ceiling),
-		Dimensions: int(identity.Spec.Model.EmbeddingDimensions), Tokenizer: tokenizer.Sim{},
-		Deadline: time.Duration(p.Spec.RequestDeadlineSeconds) * time.Second,
-		Resident: func() []int { snap, _ := a.sup.Snapshot(key); return snap.Resident }}
+		Dimensions: int(identity.Spec.Model.EmbeddingDimensions),
+		Deadline:   time.Duration(p.Spec.RequestDeadlineSeconds) * time.Second,
+		Resident:   func() []int { snap, _ := a.sup.Snapshot(key); return snap.Resident }}
 	l.failure, l.verifyReason, l.verifyMessage, l.verified, l.probes = nil, "", "", nil, nil
 	a.mu.Unlock()
 	a.setState(l, laneLoading, nil)
@@ -187,8 +191,17 @@ func (r *reconciler) load(ctx context.Context, l *lane, p *v1.LanePlacement, ide
 		a.cfg.Log.Info("the lane's artifact did not verify; nothing loads", "lane", key, "error", err.Error())
 		return reconcile.Result{RequeueAfter: RetryInterval}, nil
 	}
+	tok, err := laneTokenizer(verified)
+	if err != nil {
+		a.mu.Lock()
+		l.retryAt = a.cfg.Clock.Now().Add(RetryInterval)
+		a.mu.Unlock()
+		a.fail(l, "TokenizerUnreadable", err.Error())
+		return reconcile.Result{RequeueAfter: RetryInterval}, nil
+	}
 	a.mu.Lock()
 	l.verified = verified
+	l.api.Tokenizer = tok
 	a.mu.Unlock()
 	spec := modelSpec(key, p.Spec, identity, verified.Dir)
 	spec.Probe = a.probeJudge(l, key)
@@ -227,6 +240,20 @@ func (r *reconciler) load(ctx context.Context, l *lane, p *v1.LanePlacement, ide
 		}
 	}()
 	return reconcile.Result{}, nil
+}
+
+// laneTokenizer is the lane's model's tokenizer: the artifact's own tokenizer.json; the sim
+// tokenizer for a sim artifact that has none; none for an ane artifact without one (its lane
+// takes token ids only, and text is refused rather than tokenised by something else).
+func laneTokenizer(v *artifact.Verified) (tokenizer.Tokenizer, error) {
+	path := filepath.Join(v.Dir, aneartifact.TokenizerFile)
+	if _, err := os.Stat(path); err == nil {
+		return tokenizer.LoadHF(path)
+	}
+	if v.Manifest.Backend == "sim" {
+		return tokenizer.Sim{}, nil
+	}
+	return nil, nil
 }
 
 func (a *Agent) generationOf(key string) int64 {

@@ -41,6 +41,7 @@ import (
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/node-agent/agent"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
+	"github.com/ck-synapse/synapse-fleet/node-agent/convert"
 	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
 )
 
@@ -141,6 +142,7 @@ func run(cmd *cobra.Command, o options) error {
 			family = "M4"
 		}
 	case "ane":
+		converter = convert.ConverterVersion
 		if family != "" {
 			return errors.New("--chip-family is for the sim backend; the ane backend reads the machine's own")
 		}
