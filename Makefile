@@ -117,6 +117,13 @@ run: ## Run the controller against the cluster of the current kubeconfig.
 dev: envtest build ## Start a local fleet: control plane, controller, three simulated Macs, the samples (Ctrl-C stops).
 	go run ./hack/devfleet --assets $(KUBEBUILDER_ASSETS) --bin $(LOCALBIN) --crds config/crd/bases --samples config/samples --write-kubeconfig $(LOCALBIN)/dev.kubeconfig
 
+.PHONY: ane-smoke
+ane-smoke: ## On a Mac with Apple silicon: compile one tiny layer on the Neural Engine, check aned's cache, compare with the CPU reference.
+	@if [ "$$(uname -s)/$$(uname -m)" != "Darwin/arm64" ]; then echo "ane-smoke runs on macOS on Apple silicon only (this is $$(uname -s)/$$(uname -m))" >&2; exit 2; fi
+	go build -o $(LOCALBIN)/synapse-ane-smoke ./hack/anesmoke
+	codesign -f -s - -i synapse-ane-smoke $(LOCALBIN)/synapse-ane-smoke
+	$(LOCALBIN)/synapse-ane-smoke
+
 ##@ Tools
 
 .PHONY: envtest

@@ -41,7 +41,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
-	"github.com/ck-synapse/synapse-fleet/node-agent/internal/tinymodel"
+	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
 	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"

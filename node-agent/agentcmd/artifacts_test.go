@@ -27,7 +27,7 @@ import (
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/convert"
-	"github.com/ck-synapse/synapse-fleet/node-agent/internal/tinymodel"
+	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 )
 
 func runCmd(t *testing.T, args ...string) (string, error) {
@@ -144,5 +144,26 @@ func TestArtifactsConvertACheckpointThatThenVerifiesForTheANE(t *testing.T) {
 	if _, err := runCmd(t, "artifacts", "convert", ck, "--root", root, "--model", "tiny", "--revision", "r2", "--rungs", "100",
 		"--chip-family", "M4", "--macos-build", "25B78"); err == nil || !strings.Contains(err.Error(), "multiple of 64") {
 		t.Fatalf("a rung the device cannot take: %v", err)
+	}
+}
+
+// The launchd plist a Mac owner installs passes only flags the agent has, and no TMPDIR.
+func TestTheLaunchdPlistPassesOnlyFlagsTheAgentHas(t *testing.T) {
+	data, err := os.ReadFile("../../config/agent/macos/dev.synapse-fleet.agent.plist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "<key>EnvironmentVariables</key>") {
+		t.Fatal("the plist sets environment variables; the compiler needs the normal TMPDIR")
+	}
+	flags := regexp.MustCompile(`<string>--([a-z-]+)=`).FindAllStringSubmatch(string(data), -1)
+	if len(flags) < 5 {
+		t.Fatalf("found %d flags in the plist", len(flags))
+	}
+	cmd := NewCommand()
+	for _, f := range flags {
+		if cmd.Flags().Lookup(f[1]) == nil {
+			t.Errorf("the plist passes --%s, which synapse-agent does not have", f[1])
+		}
 	}
 }

@@ -27,7 +27,7 @@ import (
 	"testing"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/family"
-	"github.com/ck-synapse/synapse-fleet/node-agent/internal/tinymodel"
+	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")

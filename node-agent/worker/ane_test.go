@@ -33,7 +33,7 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/aneartifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/convert"
-	"github.com/ck-synapse/synapse-fleet/node-agent/internal/tinymodel"
+	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
 	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
