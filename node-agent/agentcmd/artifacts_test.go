@@ -25,9 +25,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/convert"
-	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 )
 
 func runCmd(t *testing.T, args ...string) (string, error) {

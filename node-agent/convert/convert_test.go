@@ -24,10 +24,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 	"github.com/ck-synapse/synapse-fleet/node-agent/aneartifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/family"
-	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 )
 
 var platform = artifact.Platform{ChipFamily: "M4", MacOSBuild: "25B78"}

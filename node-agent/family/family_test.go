@@ -26,8 +26,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ck-synapse/synapse-fleet/node-agent/family"
 	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
+	"github.com/ck-synapse/synapse-fleet/node-agent/family"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
