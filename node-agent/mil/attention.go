@@ -322,15 +322,31 @@ func (r attentionRef) eval(q, k, v, mask []float32, p precision) []float32 {
 	rotate(ks)
 	group := a.Heads / a.KVHeads
 	out := make([]float32, a.Heads*d*seq)
-	scores := make([]float64, seq)
-	for hh := range a.Heads {
-		qh, kh, vh := qs[hh], ks[hh/group], vs[hh/group]
+	// Keys position-major, so a score is one contiguous dot product.
+	keys := make([][][]float32, a.KVHeads)
+	for kh := range keys {
+		keys[kh] = make([][]float32, seq)
+		for s := range seq {
+			keys[kh][s] = make([]float32, d)
+			for i := range d {
+				keys[kh][s][i] = ks[kh][i][s]
+			}
+		}
+	}
+	// Heads are independent: each writes only its own rows of out.
+	parallel(a.Heads, func(hh int) {
+		qh, kh, vh := qs[hh], keys[hh/group], vs[hh/group]
+		scores := make([]float64, seq)
+		q := make([]float64, d)
 		for t := range seq { // the query position
+			for i := range d {
+				q[i] = float64(fp16(float32(float64(qh[i][t]) * r.scale)))
+			}
 			maxScore := math.Inf(-1)
 			for s := range seq { // the key position
 				var dot float64
-				for i := range d {
-					dot += float64(fp16(float32(float64(qh[i][t])*r.scale))) * float64(kh[i][s])
+				for i, k := range kh[s] {
+					dot += q[i] * float64(k)
 				}
 				x := fp16(fp16(float32(dot)) + mask[s])
 				if a.Causal && s > t || a.Window > 0 && abs(s-t) > a.Window/2 {
@@ -349,13 +365,13 @@ func (r attentionRef) eval(q, k, v, mask []float32, p precision) []float32 {
 			}
 			for i := range d {
 				var acc float64
-				for s := range seq {
-					acc += float64(vh[i][s]) * scores[s]
+				for s, v := range vh[i] {
+					acc += float64(v) * scores[s]
 				}
 				out[(hh*d+i)*seq+t] = fp16(float32(acc))
 			}
 		}
-	}
+	})
 	return out
 }
 
