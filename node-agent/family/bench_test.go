@@ -90,4 +90,3 @@ func BenchmarkCPUReferenceLayer(b *testing.B) {
 		})
 	}
 }
-

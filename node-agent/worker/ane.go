@@ -295,7 +295,12 @@ func (a *ANE) compile(p DeviceProgram, src mil.Program) error {
 	}
 	a.compiles++
 	if err := p.Compile(); err != nil {
-		return deviceError(err)
+		if errors.Is(err, ErrDeviceTimeout) {
+			return err
+		}
+		// Compile failures are reported to be intermittent: the admission is refused and the
+		// next request may admit the rung again.
+		return &Error{Code: "compile_failed", Message: err.Error()}
 	}
 	return nil
 }

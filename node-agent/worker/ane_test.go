@@ -48,12 +48,15 @@ type fakeANE struct {
 	tempSpace int64
 	// failLoad makes the next load of a program fail: "resources" or "stale".
 	failLoad map[string]string
+	// failCompile makes the next compile of a program fail.
+	failCompile map[string]bool
 	// layers maps a program's digest to its CPU reference.
 	layers map[string]*aneartifact.Layer
 }
 
 func newFakeANE() *fakeANE {
-	return &fakeANE{aned: map[string]bool{}, tempSpace: 1 << 40, failLoad: map[string]string{}, layers: map[string]*aneartifact.Layer{}}
+	return &fakeANE{aned: map[string]bool{}, tempSpace: 1 << 40, failLoad: map[string]string{}, failCompile: map[string]bool{},
+		layers: map[string]*aneartifact.Layer{}}
 }
 
 func (d *fakeANE) record(call string) {
@@ -100,6 +103,10 @@ func (p *fakeProgram) Compile() error {
 	p.d.record("write+compile " + p.id)
 	p.d.mu.Lock()
 	defer p.d.mu.Unlock()
+	if p.d.failCompile[p.id] {
+		delete(p.d.failCompile, p.id)
+		return errors.New("ANECCompile() FAILED")
+	}
 	p.d.aned[p.id] = true
 	return nil
 }
@@ -314,6 +321,17 @@ func TestAHeldProgramThatFailsToLoadIsCompiledOnceAndAFullDeviceRefuses(t *testi
 	}
 	_ = a.Evict(64)
 	d.take()
+	// A compile that fails refuses the admission by name, with nothing left loaded.
+	delete(d.aned, ids[2])
+	d.failCompile[ids[2]] = true
+	if _, err := a.Admit(context.Background(), 64); !isCode(err, "compile_failed") {
+		t.Fatalf("a failed compile: %v", err)
+	}
+	if r := a.Resident(); len(r) != 0 {
+		t.Fatalf("resident %v after a failed compile", r)
+	}
+	d.take()
+	d.aned[ids[2]] = true
 	d.failLoad[ids[2]] = "resources"
 	if _, err := a.Admit(context.Background(), 64); !isCode(err, "ane_resources_exhausted") {
 		t.Fatalf("a full device: %v", err)
