@@ -62,8 +62,9 @@ type fakeWorker struct {
 	// admitErrs answer the next admissions, in order.
 	admitErrs []error
 
-	// probeGate, when set, holds every probe until it is closed.
-	probeGate chan struct{}
+	// probeGate, when set, holds every probe until it is closed; nextProbeErr fails the next.
+	probeGate    chan struct{}
+	nextProbeErr error
 
 	exited     chan struct{}
 	exitOnce   sync.Once
@@ -192,6 +193,9 @@ func (w *fakeWorker) Probe(ctx context.Context, rung int) (time.Duration, time.D
 	w.mu.Unlock()
 	if gate != nil {
 		<-gate
+	}
+	if err := w.takeErr(&w.nextProbeErr); err != nil {
+		return 0, 0, err
 	}
 	return time.Millisecond, 2500 * time.Microsecond, nil
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package supervisor
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -130,7 +131,7 @@ func TestConcurrentRequestsOnAnUnprobedShapeWaitForOneProbe(t *testing.T) {
 	second := h.acquire("a", 128)
 	eventually(t, "the second request waits for the probe", h.state(func(s *Supervisor) bool {
 		sh := s.models["a"].shapes[128]
-		return sh != nil && sh.leases == 2
+		return sh != nil && sh.leases == 3 // both requests and the probe's own lease
 	}))
 	if !pending(first) || !pending(second) {
 		t.Fatal("a request was answered before the shape's probe ended")
@@ -145,5 +146,70 @@ func TestConcurrentRequestsOnAnUnprobedShapeWaitForOneProbe(t *testing.T) {
 	}
 	if calls := w.Calls(); !slices.Equal(calls, []string{"admit 128", "probe 128"}) {
 		t.Fatalf("worker calls %v, want one probe for both requests", calls)
+	}
+}
+
+func TestARequestThatGivesUpDoesNotAbandonTheProbe(t *testing.T) {
+	h := newHarness(t, 100)
+	j := &judged{}
+	h.load("a", func(s *ModelSpec) { s.Probe = j.judge })
+	w := h.spawner.worker(t, "a", 1)
+	hold := make(chan struct{})
+	w.mu.Lock()
+	w.probeGate = hold
+	w.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(h.ctx)
+	out := make(chan error, 1)
+	go func() {
+		_, err := h.s.Acquire(ctx, "a", 128, time.Time{})
+		out <- err
+	}()
+	h.admitWaiting()
+	eventually(t, "the probe runs", func() bool { return slices.Contains(w.Calls(), "probe 128") })
+	cancel()
+	if err := <-out; err == nil {
+		t.Fatal("a request that gave up was granted")
+	}
+	// The probe goes on without it, holding the shape, and its verdict stands.
+	close(hold)
+	eventually(t, "the probe passed", h.state(func(s *Supervisor) bool { return s.models["a"].shapes[128].probe.passed }))
+	l, err := h.s.Acquire(h.ctx, "a", 128, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if calls := w.Calls(); !slices.Equal(calls, []string{"admit 128", "probe 128"}) {
+		t.Fatalf("worker calls %v, want one probe", calls)
+	}
+	eventually(t, "every lease is released", h.state(func(s *Supervisor) bool { return s.models["a"].leases() == 0 }))
+}
+
+func TestAProbeWhoseWorkerFaultsFailsItsRequestsAndTheReplacementProbesAfresh(t *testing.T) {
+	h := newHarness(t, 100)
+	j := &judged{}
+	h.load("a", func(s *ModelSpec) { s.Probe = j.judge })
+	w := h.spawner.worker(t, "a", 1)
+	w.mu.Lock()
+	w.nextProbeErr = errBrokenPipe
+	w.mu.Unlock()
+	c := h.acquire("a", 128)
+	h.admitWaiting()
+	if a := h.got(c); refusal.CodeOf(a.err) != refusal.EngineCrashed {
+		t.Fatalf("a request whose probe faulted: %v, want engine_crashed", a.err)
+	}
+	eventually(t, "generation 2 runs", h.state(func(s *Supervisor) bool { return s.models["a"].gen == 2 && s.models["a"].state == running }))
+	c = h.acquire("a", 128)
+	h.admitWaiting()
+	a := h.got(c)
+	if a.err != nil || a.lease.Generation() != 2 {
+		t.Fatalf("after recovery: %v", a.err)
+	}
+	a.lease.Release()
+	if calls := h.spawner.worker(t, "a", 2).Calls(); !slices.Equal(calls, []string{"admit 128", "probe 128"}) {
+		t.Fatalf("the replacement's calls %v, want its own probe", calls)
+	}
+	if got := j.seen(); !slices.Equal(got, []int{128}) {
+		t.Fatalf("judged %v: the faulted probe measured nothing to judge", got)
 	}
 }
