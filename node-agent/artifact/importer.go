@@ -253,6 +253,9 @@ func gate(dir string, m *Manifest) error {
 			return &ParityError{Message: fmt.Sprintf("recomputed outputs differ from the goldens by %g (%v)", maxErr, err)}
 		}
 	}
+	if m.Backend == "ane" {
+		return aneParity(dir, m)
+	}
 	return nil
 }
 
