@@ -15,16 +15,23 @@ limitations under the License.
 */
 
 // Package lifecycle watches each MacNode's heartbeat: agents renew a coordination.k8s.io Lease
-// per node in namespace synapse-node-lease, as kubelets do. A Lease older than the grace period
-// turns the node's Ready condition Unknown; after the eviction timeout the node's placements
-// are forced away (an event says so) and the placement controller re-places their lanes on
-// nodes that are alive. A node that comes back is the same MacNode: its agent reports Ready
-// again and nothing is duplicated.
+// per node in namespace synapse-node-lease, as kubelets do. A Lease this controller has not
+// seen renewed for the grace period turns the node's Ready condition Unknown; after the
+// eviction timeout the node's placements are forced away (an event says so) and the placement
+// controller re-places their lanes on nodes that are alive. A node that comes back is the same
+// MacNode: its agent reports Ready again and nothing is duplicated.
+//
+// As the kubelet's node lifecycle controller does, it times a heartbeat by its own clock, from
+// when it saw the renewal, not by the renew time the agent wrote: a skewed agent clock cannot
+// keep a dead node alive or kill a live one, a restarted controller gives every node a full
+// grace period, and after the controller could not reach the API server it judges no
+// heartbeat for one grace period, so the agents can renew before anything is evicted.
 package lifecycle
 
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -64,11 +71,24 @@ type Controller struct {
 	kube            client.Client
 	recorder        events.EventRecorder
 	grace, eviction time.Duration
+
+	mu sync.Mutex
+	// beats is, per node, the renewal last seen and when this controller first saw it.
+	beats map[string]heartbeat
+	// apiFailed is when a call to the API server last failed.
+	apiFailed time.Time
+}
+
+// heartbeat is one renewal as this controller saw it.
+type heartbeat struct {
+	renewal string
+	seen    time.Time
 }
 
 // NewController returns the controller with the default grace period and eviction timeout.
 func NewController(clk clock.PassiveClock, kube client.Client, recorder events.EventRecorder) *Controller {
-	return &Controller{clk: clk, kube: kube, recorder: recorder, grace: DefaultGracePeriod, eviction: DefaultEvictionTimeout}
+	return &Controller{clk: clk, kube: kube, recorder: recorder, grace: DefaultGracePeriod, eviction: DefaultEvictionTimeout,
+		beats: map[string]heartbeat{}}
 }
 
 // WithTimeouts sets the grace period and the eviction timeout; a zero keeps the default.
@@ -100,16 +120,26 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 }
 
 // Reconcile checks one node's heartbeat.
-func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, err error) {
+	defer func() {
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			c.mu.Lock()
+			c.apiFailed = c.clk.Now()
+			c.mu.Unlock()
+		}
+	}()
 	node := &v1.MacNode{}
 	if err := c.kube.Get(ctx, req.NamespacedName, node); err != nil {
 		if apierrors.IsNotFound(err) {
 			metrics.NodeReady.DeleteLabelValues(req.Name)
+			c.mu.Lock()
+			delete(c.beats, req.Name)
+			c.mu.Unlock()
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	now := c.clk.Now()
-	renewed, err := c.lastRenewal(ctx, node)
+	renewed, renewal, err := c.lastRenewal(ctx, node, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -118,13 +148,21 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		metrics.NodeReady.WithLabelValues(node.Name).Set(1)
 		return reconcile.Result{RequeueAfter: expiresAt.Sub(now)}, nil
 	}
+	c.mu.Lock()
+	judgeAt := c.apiFailed.Add(c.grace)
+	c.mu.Unlock()
+	if now.Before(judgeAt) {
+		// The API server was unreachable lately: the agents may not have been able to renew
+		// either. They get a grace period from then before this node is judged.
+		return reconcile.Result{RequeueAfter: judgeAt.Sub(now)}, nil
+	}
 	metrics.NodeReady.WithLabelValues(node.Name).Set(0)
 
 	stored := node.DeepCopy()
 	if !meta.IsStatusConditionPresentAndEqual(node.Status.Conditions, v1.ConditionReady, metav1.ConditionUnknown) {
 		meta.SetStatusCondition(&node.Status.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionUnknown,
 			Reason: v1.NodeReasonLeaseExpired, ObservedGeneration: node.Generation, LastTransitionTime: metav1.NewTime(now),
-			Message: fmt.Sprintf("the agent has not renewed its Lease since %s", renewed.UTC().Format(time.RFC3339))})
+			Message: fmt.Sprintf("the agent's Lease (%s) has not been seen renewed since %s", renewal, renewed.UTC().Format(time.RFC3339))})
 	}
 	if !equality.Semantic.DeepEqual(stored.Status, node.Status) {
 		if err := c.kube.Status().Patch(ctx, node, client.MergeFrom(stored)); err != nil {
@@ -140,20 +178,32 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, c.evict(ctx, node)
 }
 
-// lastRenewal is when the node's Lease was last renewed; a node without a Lease counts from
-// its creation, so a node that never heartbeats is not Ready forever.
-func (c *Controller) lastRenewal(ctx context.Context, node *v1.MacNode) (time.Time, error) {
+// lastRenewal is when this controller first saw the node's current renewal: the Lease's renew
+// time as the agent wrote it, or, with no Lease yet, the node's existence. A renewal seen for
+// the first time (a new node, a renewed Lease, a restarted controller) counts from now. It
+// returns the renewal as written, for the status message.
+func (c *Controller) lastRenewal(ctx context.Context, node *v1.MacNode, now time.Time) (time.Time, string, error) {
 	lease := &coordinationv1.Lease{}
+	var renewal string
 	err := c.kube.Get(ctx, client.ObjectKey{Namespace: LeaseNamespace, Name: node.Name}, lease)
 	switch {
 	case apierrors.IsNotFound(err):
-		return node.CreationTimestamp.Time, nil
+		renewal = "none yet"
 	case err != nil:
-		return time.Time{}, err
+		return time.Time{}, "", err
 	case lease.Spec.RenewTime != nil:
-		return lease.Spec.RenewTime.Time, nil
+		renewal = "renewed at " + lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+	default:
+		renewal = "created at " + lease.CreationTimestamp.UTC().Format(time.RFC3339)
 	}
-	return lease.CreationTimestamp.Time, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.beats[node.Name]
+	if !ok || b.renewal != renewal {
+		b = heartbeat{renewal: renewal, seen: now}
+		c.beats[node.Name] = b
+	}
+	return b.seen, renewal, nil
 }
 
 // evict forces the dead node's placements away: the agent that would remove their retirement

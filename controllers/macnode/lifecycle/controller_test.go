@@ -17,6 +17,7 @@ limitations under the License.
 package lifecycle_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -38,8 +39,18 @@ var seq int
 
 func objectMeta(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name} }
 
-// heartbeatingNode registers a Ready node and its Lease, renewed now.
+// heartbeatingNode registers a Ready node and its Lease, renewed now, and lets the controller
+// see it.
 func heartbeatingNode() *v1.MacNode {
+	GinkgoHelper()
+	n := leasedNode(clk.Now())
+	reconcileNode(n)
+	return n
+}
+
+// leasedNode registers a Ready node and its Lease, last renewed at renewed (by the agent's
+// clock), unseen by the controller yet.
+func leasedNode(renewed time.Time) *v1.MacNode {
 	GinkgoHelper()
 	seq++
 	n := &v1.MacNode{ObjectMeta: objectMeta(fmt.Sprintf("mac-%d", seq))}
@@ -49,22 +60,30 @@ func heartbeatingNode() *v1.MacNode {
 	Expect(kube.Status().Update(ctx, n)).To(Succeed())
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: lifecycle.LeaseNamespace},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n.Name), LeaseDurationSeconds: ptr.To[int32](40),
-			RenewTime: ptr.To(metav1.NewMicroTime(clk.Now()))}}
+			RenewTime: ptr.To(metav1.NewMicroTime(renewed))}}
 	Expect(kube.Create(ctx, lease)).To(Succeed())
 	return n
 }
 
-func renew(n *v1.MacNode) {
+func renew(n *v1.MacNode) { renewAt(n, clk.Now()) }
+
+// renewAt renews the node's Lease with renewTime at, as an agent whose clock says at does.
+func renewAt(n *v1.MacNode, at time.Time) {
 	GinkgoHelper()
 	lease := &coordinationv1.Lease{}
 	Expect(kube.Get(ctx, client.ObjectKey{Namespace: lifecycle.LeaseNamespace, Name: n.Name}, lease)).To(Succeed())
-	lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(clk.Now()))
+	lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(at))
 	Expect(kube.Update(ctx, lease)).To(Succeed())
 }
 
 func reconcileNode(n *v1.MacNode) (reconcile.Result, *v1.MacNode) {
 	GinkgoHelper()
-	res, err := controller.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(n)})
+	return reconcileWith(controller, n)
+}
+
+func reconcileWith(c *lifecycle.Controller, n *v1.MacNode) (reconcile.Result, *v1.MacNode) {
+	GinkgoHelper()
+	res, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(n)})
 	Expect(err).NotTo(HaveOccurred())
 	out := &v1.MacNode{}
 	Expect(kube.Get(ctx, client.ObjectKeyFromObject(n), out)).To(Succeed())
@@ -145,4 +164,81 @@ var _ = Describe("Node lifecycle", func() {
 			Expect(count).To(Equal(1))
 		})
 	})
+
+	Context("when the agent's clock is skewed", func() {
+		It("should time the heartbeat by its own clock: renewals keep the node Ready, a stopped one expires", func() {
+			behind := leasedNode(clk.Now().Add(-time.Hour)) // the agent's clock is an hour slow
+			reconcileNode(behind)
+			for range 3 {
+				clk.Step(20 * time.Second)
+				renewAt(behind, clk.Now().Add(-time.Hour))
+				_, got := reconcileNode(behind)
+				Expect(ready(got)).To(Equal(metav1.ConditionTrue), "a node renewing its Lease on time is alive")
+			}
+			ahead := leasedNode(clk.Now().Add(time.Hour)) // an hour fast, and then silent
+			reconcileNode(ahead)
+			clk.Step(41 * time.Second)
+			_, got := reconcileNode(ahead)
+			Expect(ready(got)).To(Equal(metav1.ConditionUnknown), "a Lease stamped in the future does not keep a silent node alive")
+		})
+	})
+
+	Context("when the controller restarts", func() {
+		It("should give every node a full grace period before judging it", func() {
+			n := leasedNode(clk.Now().Add(-10 * time.Minute)) // renewed long ago, by the time the new controller starts
+			p := placementOn(n)
+			res, got := reconcileNode(n)
+			Expect(ready(got)).To(Equal(metav1.ConditionTrue))
+			Expect(res.RequeueAfter).To(Equal(40 * time.Second))
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(p), &v1.LanePlacement{})).To(Succeed())
+			clk.Step(41 * time.Second)
+			_, got = reconcileNode(n)
+			Expect(ready(got)).To(Equal(metav1.ConditionUnknown), "a node that is really silent is still found out")
+		})
+	})
+
+	Context("when the API server was unreachable", func() {
+		It("should judge no heartbeat until the agents have had a grace period to renew", func() {
+			n := heartbeatingNode()
+			p := placementOn(n)
+			down := true
+			flaky := lifecycle.NewController(clk, flakyClient{Client: kube, down: &down}, recorder)
+			reconcileWith(flaky, n)   // the flaky controller sees the renewal now
+			clk.Step(6 * time.Minute) // an outage: the agent could not renew
+			_, err := flaky.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(n)})
+			Expect(err).To(HaveOccurred())
+			down = false
+			clk.Step(10 * time.Second)
+			res, got := reconcileWith(flaky, n)
+			Expect(ready(got)).To(Equal(metav1.ConditionTrue), "judged right after the outage")
+			Expect(res.RequeueAfter).To(Equal(30 * time.Second))
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(p), &v1.LanePlacement{})).To(Succeed(), "evicted right after the outage")
+			renew(n) // the agent is back
+			_, got = reconcileWith(flaky, n)
+			Expect(ready(got)).To(Equal(metav1.ConditionTrue))
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(p), &v1.LanePlacement{})).To(Succeed())
+		})
+	})
 })
+
+// flakyClient fails status writes while *down, as an unreachable API server does.
+type flakyClient struct {
+	client.Client
+	down *bool
+}
+
+func (f flakyClient) Status() client.SubResourceWriter {
+	return flakyStatus{SubResourceWriter: f.Client.Status(), down: f.down}
+}
+
+type flakyStatus struct {
+	client.SubResourceWriter
+	down *bool
+}
+
+func (f flakyStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	if *f.down {
+		return apierrors.NewServiceUnavailable("the API server is away")
+	}
+	return f.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+}
