@@ -104,6 +104,9 @@ func (s *Supervisor) runProbe(pl *Lease, g *probeState, run *probeRun) {
 			}
 		}
 	}
+	// The probe's lease goes first: if the probe faulted, its generation is leased no more
+	// before anyone can start another probe on it.
+	pl.Release()
 	s.mu.Lock()
 	switch {
 	case err != nil:
@@ -118,7 +121,6 @@ func (s *Supervisor) runProbe(pl *Lease, g *probeState, run *probeRun) {
 	g.running = nil
 	close(run.done)
 	s.mu.Unlock()
-	pl.Release()
 }
 
 // ProbeResident runs the placement probe on rung of lane if the rung is resident and not yet
