@@ -82,6 +82,7 @@ type hfConfig struct {
 	AttentionBias          *bool           `json:"attention_bias"`
 	MLPBias                *bool           `json:"mlp_bias"`
 	RoPEScaling            json.RawMessage `json:"rope_scaling"`
+	UseSlidingWindow       *bool           `json:"use_sliding_window"`
 }
 
 // ParseConfig reads a checkpoint's config.json. Anything the per-layer programs would not
@@ -130,6 +131,9 @@ func ParseConfig(data []byte, pooling Pooling) (Config, error) {
 	}
 	if h.AttentionBias != nil && *h.AttentionBias || h.MLPBias != nil && *h.MLPBias {
 		unsupported = append(unsupported, "attention or MLP biases")
+	}
+	if h.UseSlidingWindow != nil && *h.UseSlidingWindow {
+		unsupported = append(unsupported, "use_sliding_window")
 	}
 	if len(h.RoPEScaling) > 0 && string(h.RoPEScaling) != "null" {
 		unsupported = append(unsupported, "rope_scaling")

@@ -31,7 +31,7 @@ const (
 		"hidden_activation": "gelu", "attention_bias": false, "mlp_bias": false, "max_position_embeddings": 8192}`
 	qwen3EmbeddingConfig = `{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
 		"num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151669,
-		"rms_norm_eps": 1e-06, "rope_theta": 1000000, "rope_scaling": null, "hidden_act": "silu", "attention_bias": false,
+		"rms_norm_eps": 1e-06, "rope_theta": 1000000, "rope_scaling": null, "hidden_act": "silu", "attention_bias": false, "use_sliding_window": false,
 		"tie_word_embeddings": true, "torch_dtype": "bfloat16"}`
 )
 
@@ -64,6 +64,7 @@ func TestAConfigTheProgramsWouldNotReproduceIsRefusedByName(t *testing.T) {
 		"activation":       {strings.Replace(gteModernBERTConfig, `"hidden_activation": "gelu"`, `"hidden_activation": "relu"`, 1), "hidden_activation"},
 		"norm bias":        {strings.Replace(gteModernBERTConfig, `"norm_bias": false`, `"norm_bias": true`, 1), "norm_bias"},
 		"odd local window": {strings.Replace(gteModernBERTConfig, `"local_attention": 128`, `"local_attention": 127`, 1), "local_attention"},
+		"sliding window":   {strings.Replace(qwen3EmbeddingConfig, `"use_sliding_window": false`, `"use_sliding_window": true`, 1), "use_sliding_window"},
 		"not JSON":         {`{`, "config.json"},
 	} {
 		if _, err := family.ParseConfig([]byte(tc.doc), ""); err == nil || !strings.Contains(err.Error(), tc.want) {
