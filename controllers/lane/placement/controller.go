@@ -38,8 +38,11 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
@@ -76,11 +79,38 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		Named(c.Name()).
 		For(&v1.CatalogLane{}).
 		Owns(&v1.LanePlacement{}).
-		Watches(&v1.MacNode{}, allLanes).
+		Watches(&v1.MacNode{}, allLanes, builder.WithPredicates(nodeChanges)).
 		Watches(&v1.CertifiedIdentity{}, allLanes).
 		Watches(&v1.PrewarmPolicy{}, allLanes).
 		Complete(c)
 }
+
+// nodeChanges passes a MacNode event only if it changes something placement reads: labels, the
+// spec, the Ready condition, platform, worker, capacity, allocation or cached rungs. The
+// agents' compile progress, queue summaries and addresses change often and move no lane, and
+// every event here reconciles every lane.
+var nodeChanges = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	old, ok1 := e.ObjectOld.(*v1.MacNode)
+	cur, ok2 := e.ObjectNew.(*v1.MacNode)
+	if !ok1 || !ok2 {
+		return true
+	}
+	readyOf := func(n *v1.MacNode) metav1.ConditionStatus {
+		if c := meta.FindStatusCondition(n.Status.Conditions, v1.ConditionReady); c != nil {
+			return c.Status
+		}
+		return ""
+	}
+	return !equality.Semantic.DeepEqual(old.Labels, cur.Labels) ||
+		!equality.Semantic.DeepEqual(old.Spec, cur.Spec) ||
+		readyOf(old) != readyOf(cur) ||
+		!equality.Semantic.DeepEqual(old.Status.Platform, cur.Status.Platform) ||
+		!equality.Semantic.DeepEqual(old.Status.Worker, cur.Status.Worker) ||
+		!equality.Semantic.DeepEqual(old.Status.Capacity, cur.Status.Capacity) ||
+		!equality.Semantic.DeepEqual(old.Status.Allocated, cur.Status.Allocated) ||
+		!equality.Semantic.DeepEqual(old.Status.CachedRungs, cur.Status.CachedRungs) ||
+		!old.DeletionTimestamp.Equal(cur.DeletionTimestamp)
+}}
 
 // Reconcile places one lane.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
