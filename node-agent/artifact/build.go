@@ -60,25 +60,11 @@ var goldenInputs = [][]uint32{{1, 2, 3}, {7}, {101, 2023, 2003, 1037, 3231, 102}
 // computed from them, and its manifest. It is built beside dir and moved into place with one
 // rename, so a loader never sees half of it.
 func BuildSim(dir string, spec SimSpec) (m *Manifest, err error) {
-	if _, err := os.Lstat(dir); err == nil {
-		return nil, fmt.Errorf("%s exists", dir)
-	}
-	final := dir
-	dir, err = os.MkdirTemp(filepath.Dir(final), "."+filepath.Base(final)+".building-")
+	dir, finish, err := Beside(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err == nil {
-			err = os.Rename(dir, final)
-		}
-		if err != nil {
-			os.RemoveAll(dir)
-		}
-	}()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, err
-	}
+	defer finish(&err)
 	params, err := json.Marshal(simParams{Seed: spec.Seed, Layers: spec.Layers, Dimensions: spec.Dimensions})
 	if err != nil {
 		return nil, err
@@ -121,6 +107,32 @@ func BuildSim(dir string, spec SimSpec) (m *Manifest, err error) {
 		return nil, fmt.Errorf("the built manifest does not verify: %w", err)
 	}
 	return m, writeAtomic(filepath.Join(dir, ManifestFile), data)
+}
+
+// Beside starts building an artifact at dst, which must not exist, in a fresh directory beside
+// it. The builder defers finish with its own error: on success the directory is moved to dst
+// with one rename, so a loader never sees half an artifact; on failure it is removed.
+func Beside(dst string) (dir string, finish func(*error), err error) {
+	if _, err := os.Lstat(dst); err == nil {
+		return "", nil, fmt.Errorf("%s exists", dst)
+	}
+	dir, err = os.MkdirTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".building-")
+	if err != nil {
+		return "", nil, err
+	}
+	finish = func(err *error) {
+		if *err == nil {
+			*err = os.Rename(dir, dst)
+		}
+		if *err != nil {
+			os.RemoveAll(dir)
+		}
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return dir, finish, nil
 }
 
 // simParity recomputes the goldens' outputs from the parameters and returns the largest

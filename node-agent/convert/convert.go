@@ -159,27 +159,14 @@ func Convert(dst string, ck *Checkpoint, o Options) (m *artifact.Manifest, err e
 			return nil, fmt.Errorf("rung %d is not a multiple of 64, as Neural Engine tensors need", r)
 		}
 	}
-	if _, err := os.Lstat(dst); err == nil {
-		return nil, fmt.Errorf("%s exists", dst)
-	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".converting-")
+	dir, finish, err := artifact.Beside(dst)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err == nil {
-			err = os.Rename(dir, dst)
-		}
-		if err != nil {
-			os.RemoveAll(dir)
-		}
-	}()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, err
-	}
+	defer finish(&err)
 	write := func(name string, data []byte) error {
 		path := filepath.Join(dir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
