@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -344,12 +345,7 @@ func (a *ANE) Evict(rung uint32) error {
 func (a *ANE) Resident() []uint32 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]uint32, 0, len(a.resident))
-	for r := range a.resident {
-		out = append(out, r)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(a.resident))
 }
 
 // Execute embeds each sequence on a resident rung: the lookup on the CPU, every layer on the

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -173,12 +174,7 @@ func (s *Sim) Evict(rung uint32) error {
 func (s *Sim) Resident() []uint32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]uint32, 0, len(s.resident))
-	for r := range s.resident {
-		out = append(out, r)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(s.resident))
 }
 
 // Execute computes the outputs of sequences on a resident rung. A sequence longer than the
