@@ -129,6 +129,16 @@ func newTestAgentWithEnv(t *testing.T, env []string, placements ...*v1.LanePlace
 	return a, clk, &writes
 }
 
+// waitState waits until l reaches state.
+func waitState(t *testing.T, a *Agent, l *lane, state laneState) {
+	t.Helper()
+	gomega.NewWithT(t).Eventually(func() laneState {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return l.state
+	}).WithTimeout(10 * time.Second).Should(gomega.Equal(state))
+}
+
 // loadReady loads p's lane as the reconciler does and waits until its self-check passed.
 func loadReady(t *testing.T, a *Agent, p *v1.LanePlacement) *lane {
 	t.Helper()
@@ -136,11 +146,7 @@ func loadReady(t *testing.T, a *Agent, p *v1.LanePlacement) *lane {
 	if _, err := (&reconciler{a: a}).load(context.Background(), l, p, testIdentity); err != nil {
 		t.Fatal(err)
 	}
-	gomega.NewWithT(t).Eventually(func() laneState {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return l.state
-	}).WithTimeout(10 * time.Second).Should(gomega.Equal(laneReady))
+	waitState(t, a, l, laneReady)
 	return l
 }
 
@@ -282,11 +288,7 @@ func TestALaneWhoseProbeSaysItRunsOnTheCPUIsUnloadedAndFails(t *testing.T) {
 	if _, err := (&reconciler{a: a}).load(context.Background(), l, p, testIdentity); err != nil {
 		t.Fatal(err)
 	}
-	gomega.NewWithT(t).Eventually(func() laneState {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return l.state
-	}).WithTimeout(10 * time.Second).Should(gomega.Equal(laneFailed))
+	waitState(t, a, l, laneFailed)
 	if lanes := a.sup.Lanes(); len(lanes) != 0 {
 		t.Fatalf("lanes %v are still loaded", lanes)
 	}
@@ -317,11 +319,7 @@ func TestARungWhoseProbeFailsAfterTheLaneIsReadyServesNoRequestAndFailsTheLane(t
 	if refusal.CodeOf(err) != refusal.ComputeUnitMismatch || !strings.Contains(err.Error(), "rung 256") {
 		t.Fatalf("a request for rung 256: %v, want compute_unit_mismatch naming the rung", err)
 	}
-	gomega.NewWithT(t).Eventually(func() laneState {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return l.state
-	}).WithTimeout(10 * time.Second).Should(gomega.Equal(laneFailed))
+	waitState(t, a, l, laneFailed)
 	if lanes := a.sup.Lanes(); len(lanes) != 0 {
 		t.Fatalf("lanes %v are still loaded", lanes)
 	}
