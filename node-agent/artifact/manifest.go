@@ -71,6 +71,17 @@ type Manifest struct {
 	ComputePlan ComputePlan `json:"computePlan"`
 	// Parity says whether the artifact's outputs matched the goldens it was checked against.
 	Parity Parity `json:"parity"`
+	// Tokenizer records what the converter removed from the checkpoint's tokenizer.json
+	// (absent when nothing was): the artifact's own never truncates or pads.
+	Tokenizer *TokenizerRecord `json:"tokenizer,omitempty"`
+}
+
+// TokenizerRecord is the checkpoint tokenizer's truncation and padding sections, as written,
+// which the converter stripped: the library would have applied them silently, cutting a long
+// text below the lane's ceiling check or padding every input to a larger bucket.
+type TokenizerRecord struct {
+	RemovedTruncation json.RawMessage `json:"removedTruncation,omitempty"`
+	RemovedPadding    json.RawMessage `json:"removedPadding,omitempty"`
 }
 
 // ConversionPolicy names a conversion policy.

@@ -74,9 +74,11 @@ type Checkpoint struct {
 	Weights *aneartifact.Tensors
 	// Digest covers config.json, tokenizer.json and every safetensors file.
 	Digest string
-	// Tokenizer is the tokenizer.json path, "" when the checkpoint has none (its lanes then
-	// take token ids only).
-	Tokenizer string
+	// Tokenizer is the checkpoint's tokenizer.json with its truncation and padding stripped
+	// (nil when the checkpoint has none: its lanes then take token ids only); TokenizerLimits
+	// is what was stripped, which the manifest records.
+	Tokenizer       []byte
+	TokenizerLimits tokenizer.Limits
 }
 
 // OpenCheckpoint reads dir's config.json (under policy p's pooling), maps its safetensors
@@ -98,10 +100,16 @@ func OpenCheckpoint(dir string, p Policy) (*Checkpoint, error) {
 	ck := &Checkpoint{Dir: dir, Config: cfg}
 	files := append([]string{filepath.Join(dir, "config.json")}, shards...)
 	if tk := filepath.Join(dir, aneartifact.TokenizerFile); exists(tk) {
-		if _, err := tokenizer.LoadHF(tk); err != nil {
+		data, err := os.ReadFile(tk)
+		if err != nil {
 			return nil, err
 		}
-		ck.Tokenizer = tk
+		if ck.Tokenizer, ck.TokenizerLimits, err = tokenizer.StripLimits(data); err != nil {
+			return nil, err
+		}
+		if _, err := tokenizer.ParseHF(ck.Tokenizer); err != nil {
+			return nil, err
+		}
 		files = append(files, tk)
 	}
 	h := sha256.New()
@@ -203,12 +211,8 @@ func Convert(dst string, ck *Checkpoint, o Options) (m *artifact.Manifest, err e
 	if err := write(aneartifact.ModelFile, cfgData); err != nil {
 		return nil, err
 	}
-	if ck.Tokenizer != "" {
-		data, err := os.ReadFile(ck.Tokenizer)
-		if err != nil {
-			return nil, err
-		}
-		if err := write(aneartifact.TokenizerFile, data); err != nil {
+	if ck.Tokenizer != nil {
+		if err := write(aneartifact.TokenizerFile, ck.Tokenizer); err != nil {
 			return nil, err
 		}
 	}
@@ -270,6 +274,9 @@ func Convert(dst string, ck *Checkpoint, o Options) (m *artifact.Manifest, err e
 		// placement probe checks it on the machine.
 		ComputePlan: artifact.ComputePlan{NeuralEnginePercent: 100},
 		Parity:      artifact.Parity{Status: "passed", Goldens: aneartifact.GoldensFile, MaxAbsError: maxErr}}
+	if l := ck.TokenizerLimits; !l.Empty() {
+		m.Tokenizer = &artifact.TokenizerRecord{RemovedTruncation: l.Truncation, RemovedPadding: l.Padding}
+	}
 	if err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err

@@ -22,12 +22,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 	"github.com/ck-synapse/synapse-fleet/node-agent/aneartifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/family"
+	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
 )
 
 var platform = artifact.Platform{ChipFamily: "M4", MacOSBuild: "25B78"}
@@ -188,5 +190,54 @@ func TestThePolicyDigestChangesWithEveryParameter(t *testing.T) {
 			t.Fatalf("policy %+v has a digest seen before", q)
 		}
 		seen[q.Digest()] = true
+	}
+}
+
+// A checkpoint whose tokenizer.json truncates to 8 tokens and pads to a fixed 16: the artifact's
+// tokenizer does neither (a 20-token text stays 20 tokens and is judged against the lane's
+// ceiling, a short one stays short), and the manifest records what was removed.
+func TestATokenizersTruncationAndPaddingAreRecordedAndStrippedNeverApplied(t *testing.T) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(tinymodel.Tokenizer, &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["truncation"] = json.RawMessage(`{"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0}`)
+	doc["padding"] = json.RawMessage(`{"strategy": {"Fixed": 16}, "direction": "Right", "pad_to_multiple_of": null, "pad_id": 1, "pad_type_id": 0, "pad_token": "[SEP]"}`)
+	tok, _ := json.Marshal(doc)
+	ckDir := filepath.Join(t.TempDir(), "checkpoint")
+	if err := tinymodel.Write(ckDir, tinymodel.ModernBERT(), 3, 1, tok); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := OpenCheckpoint(ckDir, DefaultPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	dst := filepath.Join(t.TempDir(), "tiny", "r1", DefaultPolicy.Name)
+	m, err := Convert(dst, ck, Options{Model: "tiny", Revision: "r1", Rungs: []int{64}, Platform: platform, Policy: DefaultPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var truncation struct {
+		MaxLength int `json:"max_length"`
+	}
+	var padding struct {
+		Strategy struct{ Fixed int } `json:"strategy"`
+	}
+	if m.Tokenizer == nil || json.Unmarshal(m.Tokenizer.RemovedTruncation, &truncation) != nil || truncation.MaxLength != 8 ||
+		json.Unmarshal(m.Tokenizer.RemovedPadding, &padding) != nil || padding.Strategy.Fixed != 16 {
+		t.Fatalf("the manifest does not record what was stripped: %+v", m.Tokenizer)
+	}
+	tk, err := tokenizer.LoadHF(filepath.Join(dst, aneartifact.TokenizerFile))
+	if err != nil {
+		t.Fatalf("the artifact's tokenizer: %v", err)
+	}
+	long, err := tk.Encode(strings.Repeat("hello world ", 10))
+	if err != nil || len(long) != 32 { // [CLS] hello Ġworld, 9 times Ġ hello Ġworld, Ġ, [SEP]
+		t.Fatalf("a 20-word text encoded to %d ids (%v): cut or padded", len(long), err)
+	}
+	short, err := tk.Encode("hello")
+	if err != nil || len(short) != 3 {
+		t.Fatalf("a one-word text encoded to %v (%v): padded", short, err)
 	}
 }

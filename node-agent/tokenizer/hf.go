@@ -53,8 +53,16 @@ func LoadHF(path string) (*HF, error) {
 	return ParseHF(data)
 }
 
-// ParseHF reads the contents of a tokenizer.json.
+// ParseHF reads the contents of a tokenizer.json. One that truncates or pads is refused with a
+// *LimitsError (StripLimits removes both, as the converter does).
 func ParseHF(data []byte) (t *HF, err error) {
+	var sections map[string]json.RawMessage
+	if err := json.Unmarshal(data, &sections); err != nil {
+		return nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
+	if l := limitsOf(sections); !l.Empty() {
+		return nil, &LimitsError{Limits: l}
+	}
 	var doc map[string]any
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)

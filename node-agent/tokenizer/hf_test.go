@@ -17,8 +17,12 @@ limitations under the License.
 package tokenizer
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -102,5 +106,67 @@ func TestConcurrentEncodingsAgree(t *testing.T) {
 	close(errs)
 	for e := range errs {
 		t.Fatal(e)
+	}
+}
+
+// withSections is the test tokenizer with its truncation and padding sections replaced.
+func withSections(t *testing.T, truncation, padding string) []byte {
+	t.Helper()
+	data, err := os.ReadFile("testdata/bytelevel_bpe.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["truncation"], doc["padding"] = json.RawMessage(truncation), json.RawMessage(padding)
+	out, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A tokenizer.json's truncation (here to 8 tokens) and padding (Fixed 16) are applied by the
+// library inside encoding: a longer text would come back cut, a short one padded to a larger
+// bucket. Such a file is refused; stripped, the same text encodes whole and unpadded.
+func TestATokenizerThatTruncatesOrPadsIsRefusedAndItsLimitsAreNeverApplied(t *testing.T) {
+	const truncation = `{"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0}`
+	const padding = `{"strategy": {"Fixed": 16}, "direction": "Right", "pad_to_multiple_of": null, "pad_id": 1, "pad_type_id": 0, "pad_token": "[SEP]"}`
+	text := strings.Repeat("hello world! ", 4) // 16 tokens and [CLS] [SEP]
+	want := []uint32{0, 13, 17, 18}
+	for range 3 {
+		want = append(want, 6, 13, 17, 18)
+	}
+	want = append(want, 6, 1) // the trailing space, [SEP]
+	for name, c := range map[string]struct{ truncation, padding string }{
+		"truncation to 8": {truncation, "null"}, "fixed padding": {"null", padding}, "both": {truncation, padding},
+	} {
+		t.Run(name, func(t *testing.T) {
+			data := withSections(t, c.truncation, c.padding)
+			_, err := ParseHF(data)
+			var le *LimitsError
+			if !errors.As(err, &le) {
+				t.Fatalf("a tokenizer.json with %s was read (%v); want a LimitsError", name, err)
+			}
+			stripped, limits, err := StripLimits(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (c.truncation != "null") != (len(limits.Truncation) > 0) || (c.padding != "null") != (len(limits.Padding) > 0) {
+				t.Fatalf("recorded limits %v for %s", limits, name)
+			}
+			tk, err := ParseHF(stripped)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := tk.Encode(text); err != nil || !slices.Equal(got, want) {
+				t.Fatalf("the long text encoded to %d ids %v (%v); want all %d: %v", len(got), got, err, len(want), want)
+			}
+			if got, err := tk.Encode("hello"); err != nil || !slices.Equal(got, []uint32{0, 13, 1}) {
+				t.Fatalf("a short text encoded to %v (%v); want [0 13 1], unpadded", got, err)
+			}
+		})
 	}
 }
