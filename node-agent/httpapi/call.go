@@ -92,15 +92,17 @@ func (s *Server) candidates(c *call, model, task string) ([]Lane, bool, error) {
 	return lanes, byName, nil
 }
 
-// route decides the call's lane before anything runs, and records why.
-func (s *Server) route(c *call, model, task string, lanes []Lane, byName bool, sequences [][]uint32) (Lane, error) {
-	lane, reason, err := route(model, task, lanes, byName, sequences)
+// route decides the call's lane, and its tokens by that lane's tokenizer, before anything
+// runs, and records why.
+func (s *Server) route(c *call, model, task string, lanes []Lane, byName bool, tokenize func(Lane) ([][]uint32, error)) (Lane, [][]uint32, error) {
+	chosen, reason, err := plan(model, task, lanes, byName, tokenize)
 	if err != nil {
-		return Lane{}, err
+		return Lane{}, nil, err
 	}
+	lane := chosen.lane
 	c.lane, c.reason = lane.Namespace+"/"+lane.Name, reason
 	s.metrics.routing.WithLabelValues(reason).Inc()
-	return lane, nil
+	return lane, chosen.sequences, nil
 }
 
 // run runs the sequences on the lane, within the lane's deadline from the request's arrival.

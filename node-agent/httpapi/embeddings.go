@@ -76,13 +76,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		c.fail(err)
 		return
 	}
-	// The lanes of one model share its tokenizer.
-	sequences, err := parseInput(req.Input, lanes[0])
-	if err != nil {
-		c.fail(err)
-		return
-	}
-	lane, err := s.route(c, req.Model, "embed", lanes, byName, sequences)
+	lane, sequences, err := s.route(c, req.Model, "embed", lanes, byName, func(l Lane) ([][]uint32, error) { return parseInput(req.Input, l) })
 	if err != nil {
 		c.fail(err)
 		return

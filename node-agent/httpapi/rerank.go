@@ -96,33 +96,7 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 		c.fail(err)
 		return
 	}
-	model := lanes[0] // the lanes of one model share its tokenizer
-	query, err := encode(model, *req.Query, "query", "query")
-	if err != nil {
-		c.fail(err)
-		return
-	}
-	if len(query) == 0 {
-		c.fail(badRequest("invalid_request", "query", "the query has no tokens"))
-		return
-	}
-	sequences := make([][]uint32, len(texts))
-	for i, t := range texts {
-		doc, err := encode(model, t, "documents", fmt.Sprintf("documents[%d]", i))
-		if err != nil {
-			c.fail(err)
-			return
-		}
-		if len(doc) == 0 {
-			c.fail(&apiError{status: http.StatusUnprocessableEntity, code: string(refusal.UnsupportedShape), param: "documents",
-				message: fmt.Sprintf("documents[%d] has no tokens", i)})
-			return
-		}
-		seq := make([]uint32, 0, len(query)+1+len(doc))
-		seq = append(append(append(seq, query...), tokenizer.Separator), doc...)
-		sequences[i] = seq
-	}
-	lane, err := s.route(c, req.Model, "rerank", lanes, byName, sequences)
+	lane, sequences, err := s.route(c, req.Model, "rerank", lanes, byName, func(l Lane) ([][]uint32, error) { return rerankSequences(l, *req.Query, texts) })
 	if err != nil {
 		c.fail(err)
 		return
@@ -172,4 +146,30 @@ func documentText(raw json.RawMessage) (string, error) {
 		return "", fmt.Errorf("a document is a string or an object with a text field")
 	}
 	return text, nil
+}
+
+// rerankSequences is each document's sequence for the lane: the query, the separator and the
+// document, as the lane's own tokenizer encodes them.
+func rerankSequences(lane Lane, queryText string, texts []string) ([][]uint32, error) {
+	query, err := encode(lane, queryText, "query", "query")
+	if err != nil {
+		return nil, err
+	}
+	if len(query) == 0 {
+		return nil, badRequest("invalid_request", "query", "the query has no tokens")
+	}
+	sequences := make([][]uint32, len(texts))
+	for i, t := range texts {
+		doc, err := encode(lane, t, "documents", fmt.Sprintf("documents[%d]", i))
+		if err != nil {
+			return nil, err
+		}
+		if len(doc) == 0 {
+			return nil, &apiError{status: http.StatusUnprocessableEntity, code: string(refusal.UnsupportedShape), param: "documents",
+				message: fmt.Sprintf("documents[%d] has no tokens", i)}
+		}
+		seq := make([]uint32, 0, len(query)+1+len(doc))
+		sequences[i] = append(append(append(seq, query...), tokenizer.Separator), doc...)
+	}
+	return sequences, nil
 }

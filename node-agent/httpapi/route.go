@@ -18,6 +18,7 @@ package httpapi
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -42,28 +43,79 @@ const (
 
 const bucketPolicy = "/smallest_fitting_bucket"
 
-// route decides, before anything runs, which of the candidate lanes a call runs on, and why.
-// byName: the model named a lane. A call is never split across lanes, and nothing that fails
-// later moves it.
-func route(model, task string, cands []Lane, byName bool, sequences [][]uint32) (Lane, string, error) {
+// candidate is a lane with the call's token sequences as that lane's own tokenizer encodes
+// them: lanes of one model may tokenize differently, so each is judged on its own tokens.
+type candidate struct {
+	lane      Lane
+	sequences [][]uint32
+}
+
+// plan decides, before anything runs, which of the lanes a call runs on, with which tokens, and
+// why. byName: the model named a lane. Otherwise the lanes of the model that serve the task must
+// share one vector space (vectors of different spaces must never be compared, so a caller who
+// asked for the model cannot be answered from either without saying which): else the call is
+// refused as ambiguous, naming the lanes. Each lane tokenizes the input with its own tokenizer;
+// a text one of them cannot encode refuses the call rather than steer it to another lane.
+func plan(model, task string, lanes []Lane, byName bool, tokenize func(Lane) ([][]uint32, error)) (candidate, string, error) {
+	if !byName {
+		lanes = slices.DeleteFunc(slices.Clone(lanes), func(l Lane) bool { return l.Task != task })
+		if len(lanes) == 0 {
+			return candidate{}, "", refusal.New(refusal.InvalidRequest, model, "no lane of model %s on this node serves %s", model, task)
+		}
+		if spaces := vectorSpaces(lanes); len(spaces) > 1 {
+			return candidate{}, "", &apiError{status: http.StatusBadRequest, code: CodeAmbiguousModel, param: "model", message: fmt.Sprintf(
+				"model %s is served here in %d vector spaces (%s), whose vectors must never be compared: name the lane as <namespace>/<lane>",
+				model, len(spaces), strings.Join(spaces, "; "))}
+		}
+	}
+	cands := make([]candidate, len(lanes))
+	for i, l := range lanes {
+		seqs, err := tokenize(l)
+		if err != nil {
+			return candidate{}, "", err
+		}
+		cands[i] = candidate{lane: l, sequences: seqs}
+	}
+	return route(model, task, cands, byName)
+}
+
+// CodeAmbiguousModel refuses a call naming a model served in several vector spaces.
+const CodeAmbiguousModel = "ambiguous_model"
+
+// vectorSpaces lists the lanes by vector space: "space: ns/lane, ns/lane".
+func vectorSpaces(lanes []Lane) []string {
+	by := map[string][]string{}
+	for _, l := range lanes {
+		by[l.VectorSpace] = append(by[l.VectorSpace], l.Namespace+"/"+l.Name)
+	}
+	out := make([]string, 0, len(by))
+	for space, names := range by {
+		slices.Sort(names)
+		out = append(out, fmt.Sprintf("%q: %s", space, strings.Join(names, ", ")))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// route picks, among candidates of one task and vector space, the lane the call runs on. A call
+// is never split across lanes, and nothing that fails later moves it.
+func route(model, task string, cands []candidate, byName bool) (candidate, string, error) {
 	if byName {
 		return cands[0], ReasonLaneNamed + bucketPolicy, nil
 	}
-	cands = slices.DeleteFunc(slices.Clone(cands), func(l Lane) bool { return l.Task != task })
-	if len(cands) == 0 {
-		return Lane{}, "", refusal.New(refusal.InvalidRequest, model, "no lane of model %s on this node serves %s", model, task)
-	}
-	longest := 0
-	for _, s := range sequences {
-		longest = max(longest, len(s))
-	}
 	type fit struct {
-		lane     Lane
+		candidate
 		bucket   int
 		resident bool
 	}
 	var fits []fit
-	for _, l := range cands {
+	var limits []string
+	for _, c := range cands {
+		l, longest := c.lane, 0
+		for _, s := range c.sequences {
+			longest = max(longest, len(s))
+		}
+		limits = append(limits, fmt.Sprintf("%s/%s takes %d and its tokenizer gives %d", l.Namespace, l.Name, l.Ceiling, longest))
 		if longest > l.Ceiling {
 			continue
 		}
@@ -71,7 +123,7 @@ func route(model, task string, cands []Lane, byName bool, sequences [][]uint32) 
 		if i < 0 {
 			continue
 		}
-		f := fit{lane: l, bucket: l.Rungs[i]}
+		f := fit{candidate: c, bucket: l.Rungs[i]}
 		if l.Resident != nil {
 			f.resident = slices.Contains(l.Resident(), f.bucket)
 		}
@@ -79,16 +131,12 @@ func route(model, task string, cands []Lane, byName bool, sequences [][]uint32) 
 	}
 	switch {
 	case len(fits) == 0:
-		limits := make([]string, len(cands))
-		for i, l := range cands {
-			limits[i] = fmt.Sprintf("%s/%s takes %d", l.Namespace, l.Name, l.Ceiling)
-		}
-		return Lane{}, "", refusal.New(refusal.UnsupportedShape, model, "the longest input has %d tokens, more than any lane of model %s takes (%s); it is not truncated",
-			longest, model, strings.Join(limits, ", "))
+		return candidate{}, "", refusal.New(refusal.UnsupportedShape, model, "the longest input has more tokens than any lane of model %s takes (%s); it is not truncated",
+			model, strings.Join(limits, ", "))
 	case len(fits) == 1 && len(cands) == 1:
-		return fits[0].lane, ReasonOnlyLane + bucketPolicy, nil
+		return fits[0].candidate, ReasonOnlyLane + bucketPolicy, nil
 	case len(fits) == 1:
-		return fits[0].lane, ReasonOnlyFittingLane + bucketPolicy, nil
+		return fits[0].candidate, ReasonOnlyFittingLane + bucketPolicy, nil
 	}
 	slices.SortFunc(fits, func(a, b fit) int {
 		if a.bucket != b.bucket {
@@ -104,7 +152,7 @@ func route(model, task string, cands []Lane, byName bool, sequences [][]uint32) 
 	})
 	best := fits[0]
 	if best.resident && fits[1].bucket == best.bucket && !fits[1].resident {
-		return best.lane, ReasonResidentBucket + bucketPolicy, nil
+		return best.candidate, ReasonResidentBucket + bucketPolicy, nil
 	}
-	return best.lane, ReasonSmallestBucket + bucketPolicy, nil
+	return best.candidate, ReasonSmallestBucket + bucketPolicy, nil
 }

@@ -48,7 +48,11 @@ type Lane struct {
 	Rungs      []int
 	Ceiling    int
 	Dimensions int
-	Tokenizer  tokenizer.Tokenizer
+	// VectorSpace is the lane's identity's vectorSpaceID: lanes of one model in different
+	// spaces are never chosen between for a caller who named only the model.
+	VectorSpace string
+	// Tokenizer encodes text for this lane (nil: token ids only); each lane uses its own.
+	Tokenizer tokenizer.Tokenizer
 	// Deadline bounds a request from its arrival (the lane's requestDeadlineSeconds).
 	Deadline time.Duration
 	// Resident, if set, lists the buckets resident now (routing prefers them among equals).

@@ -52,7 +52,7 @@ type fakeCatalog struct{}
 
 func testLane(name, task string, rungs []int, resident ...int) Lane {
 	return Lane{Namespace: "team", Name: name, Key: "team/" + name, Model: "gte", Task: task, Device: "ane", Rungs: rungs,
-		Ceiling: rungs[len(rungs)-1], Dimensions: dims, Tokenizer: tokenizer.Sim{}, Deadline: 30 * time.Second,
+		Ceiling: rungs[len(rungs)-1], Dimensions: dims, VectorSpace: "gte/v1", Tokenizer: tokenizer.Sim{}, Deadline: 30 * time.Second,
 		Resident: func() []int { return resident }}
 }
 
@@ -72,6 +72,23 @@ func (fakeCatalog) Lookup(model string) ([]Lane, bool, error) {
 		l := testLane("idsonly", "embed", []int{128})
 		l.Tokenizer = nil
 		return []Lane{l}, true, nil
+	case "mixed", "mixed-rerank":
+		// One vector space, two tokenizers: one token per character on a short ladder, one per
+		// word on a long one.
+		task := map[bool]string{true: "rerank", false: "embed"}[model == "mixed-rerank"]
+		chars := testLane("chars", task, []int{128})
+		chars.Tokenizer = charTokenizer{}
+		return []Lane{chars, testLane("words", task, []int{512})}, false, nil
+	case "spaces", "team/v1", "team/v2":
+		v1, v2 := testLane("v1", "embed", []int{128}), testLane("v2", "embed", []int{128})
+		v2.VectorSpace = "gte/v2"
+		switch model {
+		case "team/v1":
+			return []Lane{v1}, true, nil
+		case "team/v2":
+			return []Lane{v2}, true, nil
+		}
+		return []Lane{v1, v2}, false, nil
 	case "picky", "picky-rerank":
 		l := testLane(model, map[bool]string{true: "rerank", false: "embed"}[model == "picky-rerank"], []int{128})
 		l.Tokenizer = pickyTokenizer{}
@@ -85,6 +102,7 @@ type fakeRunner struct {
 	mu        sync.Mutex
 	err       error
 	calls     [][][]uint32
+	lanes     []string
 	deadlines []time.Time
 }
 
@@ -92,6 +110,7 @@ func (f *fakeRunner) Run(_ context.Context, lane, task string, seqs [][]uint32, 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, seqs)
+	f.lanes = append(f.lanes, lane)
 	f.deadlines = append(f.deadlines, deadline)
 	if f.err != nil {
 		return nil, f.err
@@ -451,4 +470,77 @@ func (pickyTokenizer) Encode(text string) ([]uint32, error) {
 		return nil, errors.New("the vocabulary has no z")
 	}
 	return simIDs(text), nil
+}
+
+// charTokenizer gives one token per character.
+type charTokenizer struct{}
+
+func (charTokenizer) Encode(text string) ([]uint32, error) {
+	var ids []uint32
+	for _, r := range text {
+		ids = append(ids, 1+uint32(r)%1000)
+	}
+	return ids, nil
+}
+
+// Lanes of one model may tokenize differently: each lane is judged on, and runs, its own
+// tokenizer's tokens. (With the first lane's tokens for all, the short text below would run
+// word tokens on the character lane, and the long one would be sent to the character lane,
+// whose tokenizer makes it longer than its ceiling.)
+func TestEachLaneTokenizesTheInputWithItsOwnTokenizer(t *testing.T) {
+	ts, _, runner := newTestServer(t)
+	long := strings.TrimSpace(strings.Repeat("tokens differ ", 20)) // 40 words, 279 characters
+	for _, tc := range []struct {
+		name, path, body, lane, reason string
+		want                           [][]uint32
+	}{
+		{"a short text fits both: the smaller bucket, with its own tokens", "/v1/embeddings", `{"model": "mixed", "input": "hi there"}`,
+			"team/chars", ReasonSmallestBucket, [][]uint32{must(charTokenizer{}.Encode("hi there"))}},
+		{"a long text fits only the word lane by its own count", "/v1/embeddings", `{"model": "mixed", "input": "` + long + `"}`,
+			"team/words", ReasonOnlyFittingLane, [][]uint32{simIDs(long)}},
+		{"rerank sequences too", "/v1/rerank", `{"model": "mixed-rerank", "query": "q", "documents": ["` + long + `"]}`,
+			"team/words", ReasonOnlyFittingLane, [][]uint32{append(append(simIDs("q"), tokenizer.Separator), simIDs(long)...)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := post(t, ts.URL+tc.path, tc.body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("%d %v", resp.StatusCode, body)
+			}
+			ran := body["synapse"].(map[string]any)
+			if ran["lane"] != tc.lane || ran["routing_reason"] != tc.reason+bucketPolicy {
+				t.Fatalf("ran on %v for %v; want %s for %s", ran["lane"], ran["routing_reason"], tc.lane, tc.reason)
+			}
+			last := len(runner.calls) - 1
+			if runner.lanes[last] != tc.lane || !slices.EqualFunc(runner.calls[last], tc.want, slices.Equal) {
+				t.Fatalf("lane %s ran %v; want its own tokens %v", runner.lanes[last], runner.calls[last], tc.want)
+			}
+		})
+	}
+}
+
+// A model served in two vector spaces: a caller who names only the model is refused before
+// anything runs (its vectors could come from either space); naming the lane is served.
+func TestAModelServedInSeveralVectorSpacesIsRefusedUnlessTheRequestNamesTheLane(t *testing.T) {
+	ts, _, runner := newTestServer(t)
+	resp, body := post(t, ts.URL+"/v1/embeddings", `{"model": "spaces", "input": "a"}`)
+	e, _ := body["error"].(map[string]any)
+	if resp.StatusCode != 400 || e == nil || e["code"] != CodeAmbiguousModel || !strings.Contains(e["message"].(string), "team/v2") {
+		t.Fatalf("a model in two vector spaces: %d %v", resp.StatusCode, body)
+	}
+	if len(runner.calls) != 0 {
+		t.Fatal("an ambiguous call reached a lane")
+	}
+	for _, lane := range []string{"team/v1", "team/v2"} {
+		resp, body := post(t, ts.URL+"/v1/embeddings", `{"model": "`+lane+`", "input": "a"}`)
+		if resp.StatusCode != 200 || body["synapse"].(map[string]any)["lane"] != lane {
+			t.Fatalf("naming %s: %d %v", lane, resp.StatusCode, body)
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
