@@ -30,6 +30,7 @@ import (
 	"github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -49,16 +50,17 @@ func env(name string, def int) int {
 }
 
 // BenchmarkPlacementAtScale places M lanes (SCALE_LANES, default 500) of one replica on N
-// MacNodes (SCALE_NODES, default 100) through a real API server, reconciling every lane once,
-// and reports the time until every lane is placed, the API requests per placement, and the
-// writes of a resync with nothing to change (the goal is zero).
+// MacNodes (SCALE_NODES, default 100) through a real API server, reconciling every lane once by
+// hand with the controller fed by informers as the manager feeds it, and reports the time
+// until every lane is placed, the API requests per placement, and the writes of a resync with
+// nothing to change (the goal is zero). Before any figure it checks where the lanes went: every
+// lane placed, no node charged past its budget, and lanes per node within one of even.
 //
-// The controller reads through an informer cache, as it does in the manager (SCALE_CLIENT=direct
-// reads from the API server instead): then only its writes reach the API server, and the reads
-// it makes of the cache are reported apart.
+// The controller reads through an informer cache, as it does in the manager: only its writes
+// reach the API server, and the reads it makes of the cache are reported apart.
 func BenchmarkPlacementAtScale(b *testing.B) {
 	nodes, lanes := env("SCALE_NODES", 100), env("SCALE_LANES", 500)
-	cached := os.Getenv("SCALE_CLIENT") != "direct"
+	const layers, budget = 12, 100 // eight shapes fit a node; five lanes a node is even
 	te, err := testenv.Start()
 	if err != nil {
 		b.Fatal(err)
@@ -67,33 +69,34 @@ func BenchmarkPlacementAtScale(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var reads, writes atomic.Int64
-	base := te.Client
-	if cached {
-		informers, err := cache.New(te.Config, cache.Options{Scheme: te.Scheme})
-		if err != nil {
-			b.Fatal(err)
-		}
-		go func() { _ = informers.Start(ctx) }()
-		for _, o := range []client.Object{&v1.CatalogLane{}, &v1.LanePlacement{}, &v1.MacNode{}, &v1.CertifiedIdentity{}, &v1.PrewarmPolicy{}} {
-			if _, err := informers.GetInformer(ctx, o); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if !informers.WaitForCacheSync(ctx) {
-			b.Fatal("the informer cache did not sync")
-		}
-		c, err := client.New(te.Config, client.Options{Scheme: te.Scheme, Cache: &client.CacheOptions{Reader: informers}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		base = client.WithWatch(withWatch{c})
+	informers, err := cache.New(te.Config, cache.Options{Scheme: te.Scheme})
+	if err != nil {
+		b.Fatal(err)
 	}
-	kube := testenv.Counting(base, &reads, &writes)
+	go func() { _ = informers.Start(ctx) }()
+	c, err := client.New(te.Config, client.Options{Scheme: te.Scheme, Cache: &client.CacheOptions{Reader: informers}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	kube := testenv.Counting(client.WithWatch(withWatch{c}), &reads, &writes)
+	ctl := placement.NewController(clocktesting.NewFakeClock(time.Now()), kube, events.NewFakeRecorder(lanes*4))
+	for _, o := range []client.Object{&v1.CatalogLane{}, &v1.LanePlacement{}, &v1.MacNode{}, &v1.CertifiedIdentity{}, &v1.PrewarmPolicy{}} {
+		inf, err := informers.GetInformer(ctx, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := inf.AddEventHandler(feed{ctl}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if !informers.WaitForCacheSync(ctx) {
+		b.Fatal("the informer cache did not sync")
+	}
 
 	digest := v1.Sha256Digest(fmt.Sprintf("sha256:%064x", 42))
 	id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "gte"}, Spec: v1.CertifiedIdentitySpec{
 		Worker: v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
-		Model: v1.ModelIdentity{Name: "gte", Revision: "r", Layers: 1, HiddenSize: 768, EmbeddingDimensions: 768,
+		Model: v1.ModelIdentity{Name: "gte", Revision: "r", Layers: layers, HiddenSize: 768, EmbeddingDimensions: 768,
 			CheckpointDigest: digest}, ConversionPolicy: v1.ConversionPolicy{Name: "p", Digest: digest}, MacOSBuild: "25B78", VectorSpaceID: "gte"}}
 	if err := te.Client.Create(ctx, id); err != nil {
 		b.Fatal(err)
@@ -105,7 +108,7 @@ func BenchmarkPlacementAtScale(b *testing.B) {
 		}
 		n.Status = v1.MacNodeStatus{Platform: v1.Platform{MacOSBuild: "25B78"},
 			Worker:   v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
-			Capacity: v1.ExecutableBudget{LayerExecutables: 100},
+			Capacity: v1.ExecutableBudget{LayerExecutables: budget},
 			Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady,
 				LastTransitionTime: metav1.Now()}}}
 		if err := te.Client.Status().Update(ctx, n); err != nil {
@@ -122,23 +125,20 @@ func BenchmarkPlacementAtScale(b *testing.B) {
 		}
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(l)})
 	}
-	ctl := placement.NewController(clocktesting.NewFakeClock(time.Now()), kube, events.NewFakeRecorder(lanes*4))
 
-	if cached {
-		// Every object the reconciles will read is in the cache before the clock starts.
-		gomega.NewWithT(b).Eventually(func(g gomega.Gomega) {
-			var ns v1.MacNodeList
-			g.Expect(kube.List(ctx, &ns)).To(gomega.Succeed())
-			g.Expect(ns.Items).To(gomega.HaveLen(nodes))
-			for _, n := range ns.Items {
-				g.Expect(n.Status.Conditions).NotTo(gomega.BeEmpty())
-			}
-			var ls v1.CatalogLaneList
-			g.Expect(kube.List(ctx, &ls)).To(gomega.Succeed())
-			g.Expect(ls.Items).To(gomega.HaveLen(lanes))
-		}).WithTimeout(time.Minute).Should(gomega.Succeed())
-		reads.Store(0)
-	}
+	// Every object the reconciles will read is in the cache before the clock starts.
+	gomega.NewWithT(b).Eventually(func(g gomega.Gomega) {
+		var ns v1.MacNodeList
+		g.Expect(kube.List(ctx, &ns)).To(gomega.Succeed())
+		g.Expect(ns.Items).To(gomega.HaveLen(nodes))
+		for _, n := range ns.Items {
+			g.Expect(n.Status.Conditions).NotTo(gomega.BeEmpty())
+		}
+		var ls v1.CatalogLaneList
+		g.Expect(kube.List(ctx, &ls)).To(gomega.Succeed())
+		g.Expect(ls.Items).To(gomega.HaveLen(lanes))
+	}).WithTimeout(time.Minute).Should(gomega.Succeed())
+	reads.Store(0)
 	b.ResetTimer()
 	start := time.Now()
 	for _, r := range reqs {
@@ -157,19 +157,20 @@ func BenchmarkPlacementAtScale(b *testing.B) {
 	if len(ps.Items) != lanes {
 		b.Fatalf("%d placements for %d lanes", len(ps.Items), lanes)
 	}
-	if cached {
-		// The resync reads what the first pass wrote: wait until the cache has all of it.
-		gomega.NewWithT(b).Eventually(func(g gomega.Gomega) {
-			var cachedPs v1.LanePlacementList
-			g.Expect(kube.List(ctx, &cachedPs)).To(gomega.Succeed())
-			g.Expect(cachedPs.Items).To(gomega.HaveLen(lanes))
-			var ls v1.CatalogLaneList
-			g.Expect(kube.List(ctx, &ls)).To(gomega.Succeed())
-			for _, l := range ls.Items {
-				g.Expect(l.Status.Replicas).To(gomega.BeEquivalentTo(1))
-			}
-		}).WithTimeout(time.Minute).Should(gomega.Succeed())
+	if err := checkSpread(ps.Items, nodes, layers, budget); err != nil {
+		b.Fatal(err)
 	}
+	// The resync reads what the first pass wrote: wait until the cache has all of it.
+	gomega.NewWithT(b).Eventually(func(g gomega.Gomega) {
+		var cachedPs v1.LanePlacementList
+		g.Expect(kube.List(ctx, &cachedPs)).To(gomega.Succeed())
+		g.Expect(cachedPs.Items).To(gomega.HaveLen(lanes))
+		var ls v1.CatalogLaneList
+		g.Expect(kube.List(ctx, &ls)).To(gomega.Succeed())
+		for _, l := range ls.Items {
+			g.Expect(l.Status.Replicas).To(gomega.BeEquivalentTo(1))
+		}
+	}).WithTimeout(time.Minute).Should(gomega.Succeed())
 	writes.Store(0)
 	for _, r := range reqs {
 		if _, err := ctl.Reconcile(ctx, r); err != nil {
@@ -177,13 +178,49 @@ func BenchmarkPlacementAtScale(b *testing.B) {
 		}
 	}
 	b.ReportMetric(placedIn.Seconds(), "s-to-place-all")
-	if cached {
-		b.ReportMetric(float64(placedReads)/float64(lanes), "cache-reads/placement")
-		placedReads = 0 // served by the informer cache, not the API server
-	}
-	b.ReportMetric(float64(placedReads+placedWrites)/float64(lanes), "api-requests/placement")
+	b.ReportMetric(float64(placedReads)/float64(lanes), "cache-reads/placement")
 	b.ReportMetric(float64(placedWrites)/float64(lanes), "writes/placement")
 	b.ReportMetric(float64(writes.Load()), "idle-resync-writes")
+}
+
+// checkSpread checks where single-replica lanes of one identity went: no node charged past its
+// budget, and lanes per node within one of even when the budget allows it.
+func checkSpread(ps []v1.LanePlacement, nodes int, layers, budget int32) error {
+	perNode := map[string]int{}
+	for _, p := range ps {
+		perNode[p.Spec.Node]++
+	}
+	lo, hi := len(ps), 0
+	for i := range nodes {
+		k := perNode[fmt.Sprintf("mac-%04d", i)]
+		lo, hi = min(lo, k), max(hi, k)
+		if int32(k)*layers > budget {
+			return fmt.Errorf("node mac-%04d holds %d lanes: %d executables of its %d", i, k, int32(k)*layers, budget)
+		}
+	}
+	if fits := int(budget/layers) * nodes; len(ps) <= fits && hi-lo > 1 {
+		return fmt.Errorf("lanes per node range from %d to %d: not within one of even", lo, hi)
+	}
+	return nil
+}
+
+// feed hands an informer's events to the controller, as its event handlers do in the manager.
+type feed struct{ ctl *placement.Controller }
+
+func (f feed) OnAdd(o any, _ bool) { f.observe(o) }
+func (f feed) OnUpdate(_, o any)   { f.observe(o) }
+func (f feed) OnDelete(o any) {
+	if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	if obj, ok := o.(client.Object); ok {
+		f.ctl.Gone(obj)
+	}
+}
+func (f feed) observe(o any) {
+	if obj, ok := o.(client.Object); ok {
+		f.ctl.Observe(obj)
+	}
 }
 
 // withWatch makes a cache-backed client a client.WithWatch for testenv.Counting; the benchmark

@@ -17,9 +17,11 @@ limitations under the License.
 // Package placement places CatalogLanes onto MacNodes: one LanePlacement per chosen node, as a
 // Pod is bound to a node. A node qualifies when it is Ready, schedulable, not paused, matches
 // the lane's nodeSelector, matches the lane's CertifiedIdentity exactly (worker signing
-// identifier, binary digest, protocol version and macOS build) and has free layer executables
-// for at least one of the lane's shapes. Among those, nodes whose aned already holds the
-// lane's rungs come first (a cold compile avoided is minutes saved), then the least allocated.
+// identifier, binary digest, protocol version and macOS build) and its budget holds one more
+// shape of the lane once every placement bound to it is counted, those made a moment ago and
+// not yet reported included (see fleet). Among those, nodes whose aned already holds the lane's
+// rungs come first (a cold compile avoided is minutes saved), then the least charged, so lanes
+// applied together spread over the fleet.
 package placement
 
 import (
@@ -34,14 +36,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -61,61 +62,46 @@ type Controller struct {
 	clk      clock.PassiveClock
 	kube     client.Client
 	recorder events.EventRecorder
+	fleet    *fleet
 }
 
 // NewController returns the placement controller.
 func NewController(clk clock.PassiveClock, kube client.Client, recorder events.EventRecorder) *Controller {
-	return &Controller{clk: clk, kube: kube, recorder: recorder}
+	return &Controller{clk: clk, kube: kube, recorder: recorder, fleet: newFleet(clk)}
 }
 
 // Name of the controller.
 func (c *Controller) Name() string { return "lane.placement" }
 
+// MaxConcurrentReconciles: a reconcile mostly waits on the API server (a create, a status
+// patch), and lanes placed at once still see each other's placements through the fleet's
+// assumed charges, so several run side by side.
+const MaxConcurrentReconciles = 8
+
 // Register adds the controller to the manager: lanes, their placements, and the nodes and
-// identities that decide where they go.
+// identities that decide where they go. A lane's own status writes do not reconcile it again;
+// nodes, placements and identities enqueue only the lanes they can affect (see fleet).
 func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
-	allLanes := enqueue.All(c.kube, func() client.ObjectList { return &v1.CatalogLaneList{} }, false)
+	lanesInNamespace := enqueue.All(c.kube, func() client.ObjectList { return &v1.CatalogLaneList{} }, true)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(c.Name()).
-		For(&v1.CatalogLane{}).
-		Owns(&v1.LanePlacement{}).
-		Watches(&v1.MacNode{}, allLanes, builder.WithPredicates(nodeChanges)).
-		Watches(&v1.CertifiedIdentity{}, allLanes).
-		Watches(&v1.PrewarmPolicy{}, allLanes).
+		For(&v1.CatalogLane{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1.LanePlacement{}, c.feed()).
+		Watches(&v1.MacNode{}, c.feed()).
+		Watches(&v1.CertifiedIdentity{}, c.feed()).
+		Watches(&v1.PrewarmPolicy{}, lanesInNamespace).
+		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}).
 		Complete(c)
 }
-
-// nodeChanges passes a MacNode event only if it changes something placement reads: labels, the
-// spec, the Ready condition, platform, worker, capacity, allocation or cached rungs. The
-// agents' compile progress, queue summaries and addresses change often and move no lane, and
-// every event here reconciles every lane.
-var nodeChanges = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-	old, ok1 := e.ObjectOld.(*v1.MacNode)
-	cur, ok2 := e.ObjectNew.(*v1.MacNode)
-	if !ok1 || !ok2 {
-		return true
-	}
-	readyOf := func(n *v1.MacNode) metav1.ConditionStatus {
-		if c := meta.FindStatusCondition(n.Status.Conditions, v1.ConditionReady); c != nil {
-			return c.Status
-		}
-		return ""
-	}
-	return !equality.Semantic.DeepEqual(old.Labels, cur.Labels) ||
-		!equality.Semantic.DeepEqual(old.Spec, cur.Spec) ||
-		readyOf(old) != readyOf(cur) ||
-		!equality.Semantic.DeepEqual(old.Status.Platform, cur.Status.Platform) ||
-		!equality.Semantic.DeepEqual(old.Status.Worker, cur.Status.Worker) ||
-		!equality.Semantic.DeepEqual(old.Status.Capacity, cur.Status.Capacity) ||
-		!equality.Semantic.DeepEqual(old.Status.Allocated, cur.Status.Allocated) ||
-		!equality.Semantic.DeepEqual(old.Status.CachedRungs, cur.Status.CachedRungs) ||
-		!old.DeletionTimestamp.Equal(cur.DeletionTimestamp)
-}}
 
 // Reconcile places one lane.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	lane := &v1.CatalogLane{}
 	if err := c.kube.Get(ctx, req.NamespacedName, lane); err != nil {
+		if apierrors.IsNotFound(err) {
+			c.fleet.forgetLane(req.NamespacedName)
+			metrics.UnplaceableLanes.DeletePartialMatch(map[string]string{"namespace": req.Namespace, "lane": req.Name})
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !lane.DeletionTimestamp.IsZero() {
@@ -123,16 +109,6 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	stored := lane.DeepCopy()
 
-	var placements v1.LanePlacementList
-	if err := c.kube.List(ctx, &placements, client.InNamespace(lane.Namespace), client.MatchingLabels{v1.LabelLane: lane.Name}); err != nil {
-		return reconcile.Result{}, err
-	}
-	// The nodes are only read, never changed: with the manager's cache they are not copied,
-	// which at a thousand nodes is most of a reconcile's cost.
-	var nodes v1.MacNodeList
-	if err := c.kube.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
-		return reconcile.Result{}, err
-	}
 	identity := &v1.CertifiedIdentity{}
 	err := c.kube.Get(ctx, client.ObjectKey{Name: lane.Spec.IdentityRef.Name}, identity)
 	switch {
@@ -148,10 +124,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	prewarmRungs := prewarm.Resolve(lane, policies.Items).Rungs
 
-	placed, reason, message, err := c.place(ctx, lane, identity, placements.Items, nodes.Items, prewarmRungs)
+	placed, reason, message, err := c.place(ctx, lane, identity, prewarmRungs)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	c.fleet.observeLane(lane, identity, len(placed) < int(lane.Spec.Replicas))
 	c.setStatus(lane, placed, reason, message)
 	metrics.UnplaceableLanes.DeletePartialMatch(map[string]string{"namespace": lane.Namespace, "lane": lane.Name})
 	if reason != v1.LaneReasonPlaced {
@@ -176,34 +153,33 @@ func schedulable(node *v1.MacNode) bool {
 
 // place creates and deletes placements so the lane has its replicas, and returns the live
 // placements with the Placed reason and message.
-func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *v1.CertifiedIdentity, existing []v1.LanePlacement, nodes []v1.MacNode, prewarmRungs []v1.Rung) ([]v1.LanePlacement, string, string, error) {
+func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *v1.CertifiedIdentity, prewarmRungs []v1.Rung) ([]*v1.LanePlacement, string, string, error) {
+	laneKey := client.ObjectKeyFromObject(lane)
+	existing, on := c.fleet.lanePlacements(laneKey)
 	if identity == nil {
-		return c.keep(existing), v1.LaneReasonIdentityNotFound,
+		return existing, v1.LaneReasonIdentityNotFound,
 			fmt.Sprintf("CertifiedIdentity %q does not exist; create it or fix spec.identityRef", lane.Spec.IdentityRef.Name), nil
-	}
-	byName := map[string]*v1.MacNode{}
-	for i := range nodes {
-		byName[nodes[i].Name] = &nodes[i]
 	}
 	// Placements on nodes that no longer run the identity exactly are retired: an approval is
 	// never carried to another build or binary.
-	var kept []v1.LanePlacement
-	for _, p := range c.keep(existing) {
-		if n := byName[p.Spec.Node]; n == nil || !identity.Matches(n) {
-			if err := c.kube.Delete(ctx, &p); client.IgnoreNotFound(err) != nil {
+	var kept []*v1.LanePlacement
+	for _, p := range existing {
+		if !c.fleet.matches(p.Spec.Node, identity) {
+			if err := c.delete(ctx, p); err != nil {
 				return nil, "", "", err
 			}
-			c.recorder.Eventf(lane, &p, "Warning", "IdentityMismatch", "Retire", "node %s no longer runs identity %s; placement retired", p.Spec.Node, identity.Name)
+			c.recorder.Eventf(lane, p, "Warning", "IdentityMismatch", "Retire", "node %s no longer runs identity %s; placement retired", p.Spec.Node, identity.Name)
 			metrics.PlacementDecisions.WithLabelValues("identity_mismatch").Inc()
 			continue
 		}
 		if !slices.Equal(p.Spec.PrewarmRungs, prewarmRungs) {
 			// The resolved prewarm rungs changed (a policy was added, edited or removed).
-			stored := p.DeepCopy()
-			p.Spec.PrewarmRungs = prewarmRungs
-			if err := c.kube.Patch(ctx, &p, client.MergeFrom(stored)); client.IgnoreNotFound(err) != nil {
+			patched := p.DeepCopy()
+			patched.Spec.PrewarmRungs = prewarmRungs
+			if err := c.kube.Patch(ctx, patched, client.MergeFrom(p)); client.IgnoreNotFound(err) != nil {
 				return nil, "", "", err
 			}
+			p = patched
 		}
 		kept = append(kept, p)
 	}
@@ -212,7 +188,7 @@ func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *
 	if len(kept) > want {
 		// Scale down: not-ready placements go first; the agent removes each one's finalizer once
 		// its worker has exited and its reservations are refunded.
-		slices.SortStableFunc(kept, func(a, b v1.LanePlacement) int {
+		slices.SortStableFunc(kept, func(a, b *v1.LanePlacement) int {
 			ra, rb := a.Status.Phase == v1.PhaseReady, b.Status.Phase == v1.PhaseReady
 			if ra != rb {
 				if ra {
@@ -223,7 +199,7 @@ func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *
 			return strings.Compare(b.Name, a.Name)
 		})
 		for _, p := range kept[:len(kept)-want] {
-			if err := c.kube.Delete(ctx, &p); client.IgnoreNotFound(err) != nil {
+			if err := c.delete(ctx, p); err != nil {
 				return nil, "", "", err
 			}
 			metrics.PlacementDecisions.WithLabelValues("scaled_down").Inc()
@@ -234,80 +210,59 @@ func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *
 		return kept, v1.LaneReasonPlaced, fmt.Sprintf("%d of %d replicas placed", len(kept), want), nil
 	}
 
-	// Scale up: find eligible nodes, saying why none is when none is.
-	taken := map[string]bool{}
-	for _, p := range kept {
-		taken[p.Spec.Node] = true
-	}
-	selector := labels.SelectorFromSet(lane.Spec.NodeSelector)
-	var matching, selected, eligible []*v1.MacNode
-	short := 0 // usable but without free executables
-	for _, n := range byName {
-		if !identity.Matches(n) {
-			continue
-		}
-		matching = append(matching, n)
-		if !selector.Matches(labels.Set(n.Labels)) {
-			continue
-		}
-		selected = append(selected, n)
-		if !schedulable(n) || taken[n.Name] {
-			continue
-		}
-		if free := n.Status.Capacity.LayerExecutables - n.Status.Allocated.LayerExecutables; free < identity.Spec.Model.Layers {
-			short++
-			continue
-		}
-		eligible = append(eligible, n)
-	}
-	slices.SortFunc(eligible, func(a, b *v1.MacNode) int {
-		ca, cb := cachedRungs(a, identity.Name, lane.Spec.Rungs), cachedRungs(b, identity.Name, lane.Spec.Rungs)
-		if ca != cb {
-			return cb - ca
-		}
-		if d := a.Status.Allocated.LayerExecutables - b.Status.Allocated.LayerExecutables; d != 0 {
-			return int(d)
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	for _, n := range eligible[:min(len(eligible), want-len(kept))] {
-		p := newPlacement(lane, identity, n.Name, prewarmRungs)
-		if err := controllerutil.SetControllerReference(lane, p, c.kube.Scheme()); err != nil {
+	// Scale up: reserve nodes (charged at once, so the next lane sees them), then create.
+	res := c.fleet.reserve(request{lane: laneKey, id: identity, selector: lane.Spec.NodeSelector, rungs: lane.Spec.Rungs,
+		want: want - len(kept), taken: on}, func(node string) *v1.LanePlacement { return newPlacement(lane, identity, node, prewarmRungs) })
+	for i, node := range res.chosen {
+		p := newPlacement(lane, identity, node, prewarmRungs)
+		if err := c.create(ctx, lane, p); err != nil {
+			for _, rest := range res.chosen[i:] {
+				c.fleet.forget(lane.Namespace, placementName(lane.Name, rest))
+			}
 			return nil, "", "", err
 		}
-		if err := c.kube.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, "", "", err
-		}
-		c.recorder.Eventf(lane, p, "Normal", "Placed", "Place", "placed on node %s", n.Name)
+		c.recorder.Eventf(lane, p, "Normal", "Placed", "Place", "placed on node %s", node)
 		metrics.PlacementDecisions.WithLabelValues("placed").Inc()
-		kept = append(kept, *p)
+		kept = append(kept, p)
 	}
 	switch {
 	case len(kept) == want:
 		return kept, v1.LaneReasonPlaced, fmt.Sprintf("%d of %d replicas placed", len(kept), want), nil
-	case len(matching) == 0:
+	case res.matching == 0:
 		return kept, v1.LaneReasonNoMatchingNode, fmt.Sprintf("no MacNode runs worker %s (%s) on macOS %s, as identity %s requires",
 			identity.Spec.Worker.SigningIdentifier, identity.Spec.Worker.BinaryDigest, identity.Spec.MacOSBuild, identity.Name), nil
-	case len(selected) == 0:
-		return kept, v1.LaneReasonSelectorMatchesNothing, fmt.Sprintf("%d MacNodes match the identity but none matches spec.nodeSelector", len(matching)), nil
-	case short > 0:
+	case res.selected == 0:
+		return kept, v1.LaneReasonSelectorMatchesNothing, fmt.Sprintf("%d MacNodes match the identity but none matches spec.nodeSelector", res.matching), nil
+	case res.short > 0:
 		return kept, v1.LaneReasonBudgetFull, fmt.Sprintf("%d of %d replicas placed: %d matching nodes lack the %d free layer executables one shape needs",
-			len(kept), want, short, identity.Spec.Model.Layers), nil
+			len(kept), want, res.short, identity.Spec.Model.Layers), nil
 	default:
 		return kept, v1.LaneReasonNotEnoughNodes, fmt.Sprintf("%d of %d replicas placed: %d nodes match identity %s and the selector; the others are not ready, cordoned or paused",
-			len(kept), want, len(selected), identity.Name), nil
+			len(kept), want, res.selected, identity.Name), nil
 	}
 }
 
-// keep drops placements already being deleted.
-func (c *Controller) keep(ps []v1.LanePlacement) []v1.LanePlacement {
-	var out []v1.LanePlacement
-	for _, p := range ps {
-		if p.DeletionTimestamp.IsZero() {
-			out = append(out, p)
-		}
+// create creates a reserved placement. One that exists already (made before a restart, not
+// yet in the informer's list) is taken as made; the informer shows it as it is.
+func (c *Controller) create(ctx context.Context, lane *v1.CatalogLane, p *v1.LanePlacement) error {
+	if err := controllerutil.SetControllerReference(lane, p, c.kube.Scheme()); err != nil {
+		return err
 	}
-	return out
+	if err := c.kube.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	c.fleet.assumed(p)
+	return nil
+}
+
+// delete deletes a placement; it stops counting as a replica at once and keeps its node's
+// budget until the agent has retired it.
+func (c *Controller) delete(ctx context.Context, p *v1.LanePlacement) error {
+	if err := c.kube.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	c.fleet.deleted(p)
+	return nil
 }
 
 func cachedRungs(n *v1.MacNode, identity string, rungs []v1.Rung) int {
@@ -360,7 +315,7 @@ func newPlacement(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, node str
 }
 
 // setStatus aggregates the placements into the lane's status.
-func (c *Controller) setStatus(lane *v1.CatalogLane, placed []v1.LanePlacement, reason, message string) {
+func (c *Controller) setStatus(lane *v1.CatalogLane, placed []*v1.LanePlacement, reason, message string) {
 	st := &lane.Status
 	st.ObservedGeneration = lane.Generation
 	st.Replicas, st.ReadyReplicas, st.CompilingReplicas, st.FailedReplicas = int32(len(placed)), 0, 0, 0

@@ -65,7 +65,21 @@ func newIdentity() *v1.CertifiedIdentity {
 		},
 	}
 	Expect(kube.Create(ctx, id)).To(Succeed())
+	observe(id)
 	return id
+}
+
+// observe1 hands a copy of one object to the controller, as its informers would (it keeps what
+// it is given, which the test goes on to change), and returns the lanes it enqueues.
+func observe1(o client.Object) []reconcile.Request {
+	return controller.Observe(o.DeepCopyObject().(client.Object))
+}
+
+// observe hands copies of objects to the controller.
+func observe(objs ...client.Object) {
+	for _, o := range objs {
+		observe1(o)
+	}
 }
 
 // newNode registers a Ready MacNode the way an agent does; mutate adjusts it first.
@@ -86,6 +100,7 @@ func newNode(mutate ...func(*v1.MacNode)) *v1.MacNode {
 	Expect(kube.Create(ctx, n)).To(Succeed()) // the status subresource ignores status here
 	n.Status = status
 	Expect(kube.Status().Update(ctx, n)).To(Succeed())
+	observe(n)
 	return n
 }
 
@@ -184,12 +199,37 @@ var _ = Describe("Placement", func() {
 	})
 
 	Context("when the matching node's budget is full", func() {
-		It("should say the budget is full", func() {
+		It("should say the budget is full, counting the placements already made there", func() {
 			id := newIdentity()
-			newNode(func(n *v1.MacNode) { n.Status.Allocated.LayerExecutables = 90 })
+			n := newNode(func(n *v1.MacNode) { n.Status.Capacity.LayerExecutables = 30 })
+			Expect(placements(reconcileLane(newLane(id, 1)))).To(HaveKey(n.Name))
 			lane := reconcileLane(newLane(id, 1))
 			Expect(placements(lane)).To(BeEmpty())
 			Expect(placedReason(lane)).To(Equal(v1.LaneReasonBudgetFull))
+			Expect(meta.FindStatusCondition(lane.Status.Conditions, v1.LaneConditionPlaced).Message).To(ContainSubstring("22 free layer executables"))
+		})
+
+		It("should not count what the agent reports allocated: prewarmed shapes give way to a new lane's first", func() {
+			id := newIdentity()
+			n := newNode(func(n *v1.MacNode) { n.Status.Allocated.LayerExecutables = 90 })
+			Expect(placements(reconcileLane(newLane(id, 1)))).To(HaveKey(n.Name))
+		})
+	})
+
+	Context("when lanes are placed one after another before any agent reports", func() {
+		It("should spread them and never charge a node past its budget", func() {
+			id := newIdentity()
+			a, b := newNode(), newNode()
+			count := map[string]int{}
+			for range 8 {
+				for node := range placements(reconcileLane(newLane(id, 1))) {
+					count[node]++
+				}
+			}
+			Expect(count).To(Equal(map[string]int{a.Name: 4, b.Name: 4}))
+			full := reconcileLane(newLane(id, 1))
+			Expect(placements(full)).To(BeEmpty(), "4 shapes of 22 layers fill a budget of 100")
+			Expect(placedReason(full)).To(Equal(v1.LaneReasonBudgetFull))
 		})
 	})
 
@@ -218,6 +258,7 @@ var _ = Describe("Placement", func() {
 		reconcileLane(lane)
 		n.Spec.Unschedulable = true
 		Expect(kube.Update(ctx, n)).To(Succeed())
+		observe(n)
 		Expect(placements(reconcileLane(lane))).To(HaveKey(n.Name))
 
 		lane = reconcileLane(lane)
@@ -243,6 +284,27 @@ var _ = Describe("Placement", func() {
 		Expect(all.Items).To(HaveLen(2), "the deleted placement waits for its finalizer")
 	})
 
+	It("should keep a retiring placement's budget charged until it is gone, then place a waiting lane there", func() {
+		id := newIdentity()
+		n := newNode(func(n *v1.MacNode) { n.Status.Capacity.LayerExecutables = 30 })
+		first := reconcileLane(newLane(id, 1))
+		retiring := placements(first)[n.Name]
+		first.Spec.Replicas = 0
+		Expect(kube.Update(ctx, first)).To(Succeed())
+		Expect(placements(reconcileLane(first))).To(BeEmpty())
+
+		waiting := reconcileLane(newLane(id, 1))
+		Expect(placedReason(waiting)).To(Equal(v1.LaneReasonBudgetFull), "the retiring lane's worker still holds its shape")
+
+		// The agent has retired it: the finalizer goes, and so does the placement.
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(&retiring), &retiring)).To(Succeed())
+		retiring.Finalizers = nil
+		Expect(kube.Update(ctx, &retiring)).To(Succeed())
+		Expect(controller.Gone(&retiring)).To(ContainElement(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(waiting)}),
+			"the freed budget enqueues the lane waiting for it")
+		Expect(placements(reconcileLane(waiting))).To(HaveKey(n.Name))
+	})
+
 	It("should retire the placement of a node whose macOS build changed and place the lane elsewhere", func() {
 		id := newIdentity()
 		first := newNode()
@@ -250,6 +312,8 @@ var _ = Describe("Placement", func() {
 		Expect(placements(lane)).To(HaveKey(first.Name))
 		first.Status.Platform.MacOSBuild = "25C56"
 		Expect(kube.Status().Update(ctx, first)).To(Succeed())
+		Expect(observe1(first)).To(ContainElement(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)}),
+			"a node that stops matching enqueues the lanes placed on it")
 		second := newNode()
 		lane = reconcileLane(lane)
 		Expect(placements(lane)).To(HaveKey(second.Name))

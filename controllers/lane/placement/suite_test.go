@@ -40,7 +40,7 @@ var (
 	// writes counts the controller's writes, so a resync with nothing to change can be seen
 	// to write nothing.
 	writes atomic.Int64
-	_      = testenv.Suite(func(e *testenv.Env) { kube = testenv.Counting(e.Client, nil, &writes) })
+	env    = testenv.Suite(func(e *testenv.Env) { kube = testenv.Counting(e.Client, nil, &writes) })
 )
 
 func TestPlacement(t *testing.T) { testenv.RunSpecs(t, "Lane placement") }
