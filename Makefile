@@ -117,6 +117,10 @@ run: ## Run the controller against the cluster of the current kubeconfig.
 dev: envtest build ## Start a local fleet: control plane, controller, three simulated Macs, the samples (Ctrl-C stops).
 	go run ./hack/devfleet --assets $(KUBEBUILDER_ASSETS) --bin $(LOCALBIN) --crds config/crd/bases --samples config/samples --write-kubeconfig $(LOCALBIN)/dev.kubeconfig
 
+.PHONY: goldens
+goldens: ## Rewrite the golden MIL programs and weight blobs of node-agent/mil and node-agent/family from the emitter (review the diff).
+	go test -count=1 -run Golden ./node-agent/mil ./node-agent/family -update
+
 .PHONY: ane-smoke
 ane-smoke: ## On a Mac with Apple silicon: compile one tiny layer on the Neural Engine, check aned's cache, compare with the CPU reference.
 	@if [ "$$(uname -s)/$$(uname -m)" != "Darwin/arm64" ]; then echo "ane-smoke runs on macOS on Apple silicon only (this is $$(uname -s)/$$(uname -m))" >&2; exit 2; fi

@@ -42,7 +42,10 @@ import (
 
 // ConverterVersion is this converter's version: an artifact converted by another is re-checked
 // (the verification stamp is keyed on it) and its programs must still re-emit identically.
-const ConverterVersion = "ane-convert-1"
+// Version 2 emits programs in the forms the public Neural Engine references run, each checked
+// by mil.Validate; a version-1 artifact's programs no longer re-emit, so it must be converted
+// again.
+const ConverterVersion = "ane-convert-2"
 
 // Policy is a conversion policy: its name (the artifact's directory) and every parameter that
 // changes what is produced; its digest is recorded in the manifest.

@@ -28,6 +28,7 @@ import (
 
 	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 	"github.com/ck-synapse/synapse-fleet/node-agent/family"
+	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -396,4 +397,76 @@ func product(shape []int) int {
 		n *= d
 	}
 	return n
+}
+
+// ladder is every rung a catalog lane may have.
+var ladder = []int{64, 128, 256, 512, 1024, 2048, 4096, 8192}
+
+// zeroWeights gives every tensor zeros from one shared buffer: the programs' text and shapes
+// do not depend on the values.
+type zeroWeights struct{ buf []float32 }
+
+func (z *zeroWeights) Tensor(name string, shape ...int) ([]float32, error) {
+	n := product(shape)
+	if len(z.buf) < n {
+		z.buf = make([]float32, n)
+	}
+	return z.buf[:n], nil
+}
+
+// TestEveryLayerOfBothFamiliesPassesTheValidatorAtEveryRung emits every layer of the tiny
+// models at every rung, and every form of layer of the full-size catalog models (gte-modernbert-
+// base, qwen3-embedding-0.6b) at every rung, through the validator that family.Layer's
+// programs pass before they are written (Program returns its error). Under the race detector
+// the full-size models take the smallest rung, 256 (where a grouped-query reshape to d*S
+// first passes 16384) and the largest: every dimension grows with S, and nothing else in a
+// program depends on it.
+func TestEveryLayerOfBothFamiliesPassesTheValidatorAtEveryRung(t *testing.T) {
+	gte, err := family.ParseConfig([]byte(gteModernBERTConfig), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	qwen, err := family.ParseConfig([]byte(qwen3EmbeddingConfig), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// form is what a layer's program depends on besides its weights (layer.go): the first
+	// ModernBERT layer has no attention norm, global and local layers differ, the last layer
+	// adds the final norm. Full-size layers of one form emit the same text, so each form is
+	// emitted once per rung; the tiny models' every layer is.
+	form := func(c family.Config, i int) string {
+		if c.Kind == family.ModernBERT {
+			return fmt.Sprint(i == 0, i%c.GlobalEvery == 0, i == c.Layers-1)
+		}
+		return fmt.Sprint(i == c.Layers-1)
+	}
+	for _, tc := range []struct {
+		c    family.Config
+		full bool
+	}{{tinyModernBERT(), false}, {tinyQwen3(), false}, {gte, true}, {qwen, true}} {
+		w, rungs := &zeroWeights{}, ladder
+		if tc.full && raceEnabled {
+			rungs = []int{64, 256, 8192}
+		}
+		for _, seq := range rungs {
+			seen := map[string]bool{}
+			for i := range tc.c.Layers {
+				if tc.full && seen[form(tc.c, i)] {
+					continue
+				}
+				seen[form(tc.c, i)] = true
+				g, y, err := family.Layer(tc.c, i, seq, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := g.Program(y)
+				if err != nil {
+					t.Fatalf("%s (hidden %d) layer %d at %d: %v", tc.c.Kind, tc.c.Hidden, i, seq, err)
+				}
+				if err := mil.Validate(p); err != nil {
+					t.Fatalf("%s layer %d at %d: %v", tc.c.Kind, i, seq, err)
+				}
+			}
+		}
+	}
 }

@@ -60,21 +60,23 @@ func modernBERTLayer(c Config, i int, g *mil.Graph, x, mask mil.Value, t *tensor
 	h := c.Hidden
 	in := x
 	if i > 0 {
-		in = g.LayerNorm("attn_norm", x, t.get("attn_norm.weight", h), nil, c.NormEps)
+		in = g.LayerNorm("attn_norm", x, t.get("attn_norm.weight", h), c.NormEps)
 	}
 	qkv := g.Linear("attn_wqkv", in, 3*h, t.get("attn.Wqkv.weight", 3*h, h))
 	a := mil.Attention{Heads: c.Heads, KVHeads: c.Heads, HeadDim: c.HeadDim, RoPETheta: c.RoPETheta}
 	if i%c.GlobalEvery != 0 {
 		a.RoPETheta, a.Window = c.LocalRoPETheta, c.LocalWindow
 	}
-	att := g.Attention("attn", g.Slice("attn_q", qkv, 0, h), g.Slice("attn_k", qkv, h, 2*h), g.Slice("attn_v", qkv, 2*h, 3*h), mask, a)
+	// The fused projection's thirds are named for it: the attention's own steps are
+	// attn_..., and a program must never declare a name twice.
+	att := g.Attention("attn", g.Slice("qkv_q", qkv, 0, h), g.Slice("qkv_k", qkv, h, 2*h), g.Slice("qkv_v", qkv, 2*h, 3*h), mask, a)
 	x = g.Add("attn_residual", x, g.Linear("attn_wo", att, h, t.get("attn.Wo.weight", h, h)))
-	n := g.LayerNorm("mlp_norm", x, t.get("mlp_norm.weight", h), nil, c.NormEps)
+	n := g.LayerNorm("mlp_norm", x, t.get("mlp_norm.weight", h), c.NormEps)
 	wi := g.Linear("mlp_wi", n, 2*c.Intermediate, t.get("mlp.Wi.weight", 2*c.Intermediate, h))
 	act := g.Mul("mlp_act", g.GELUExact("mlp_gelu", g.Slice("mlp_input", wi, 0, c.Intermediate)), g.Slice("mlp_gate", wi, c.Intermediate, 2*c.Intermediate))
 	x = g.Add("mlp_residual", x, g.Linear("mlp_wo", act, h, t.get("mlp.Wo.weight", h, c.Intermediate)))
 	if t.last {
-		x = g.LayerNorm("final_norm", x, t.top("final_norm.weight", h), nil, c.NormEps)
+		x = g.LayerNorm("final_norm", x, t.top("final_norm.weight", h), c.NormEps)
 	}
 	return x
 }

@@ -27,6 +27,10 @@ import (
 // visible key never divides by zero.
 const MaskNegative = -1e4
 
+// bandRadix splits a position into two fp16 digits, p = hi*bandRadix + lo, both small enough
+// to be exact in fp16 (which holds every integer only up to 2048). See band.
+const bandRadix = 64
+
 // Attention describes one multi-head attention block's shape and rules.
 type Attention struct {
 	// Heads query heads and KVHeads key/value heads (grouped-query attention when fewer; each
@@ -50,19 +54,20 @@ type Attention struct {
 // query's scores.
 func (g *Graph) Mask() Value {
 	if !g.masked {
-		g.name("mask")
+		g.reserve("mask")
 	}
 	g.masked = true
 	return Value{name: "mask", channels: 1}
 }
 
-// Attention is softmax(q k^T / sqrt(HeadDim) + masks) v over heads, from the projected q, k
-// and v ([1, Heads*HeadDim, 1, Seq] and [1, KVHeads*HeadDim, 1, Seq]), as one composed
-// operation: reshapes to [1, heads, HeadDim, Seq], the optional per-head norms and rotary
-// embedding, batched matmuls and a softmax over the keys. The structural mask (causal or
-// banded) is built in the program from positions, so no Seq x Seq constant is stored.
+// Attention is softmax(q kᵀ / sqrt(HeadDim) + masks) v over heads, from the projected q, k and
+// v ([1, Heads*HeadDim, 1, Seq] and [1, KVHeads*HeadDim, 1, Seq]), as one composed operation
+// in the form maderix/h3.c-ane h3_ane_block.m and maderix/ANE training/stories_mil.h run on
+// the device: heads reshaped to [1, h, d, S] and transposed to [1, h, S, d]; the optional
+// per-head norms and rotary embedding over the last axis; scores by matmul with transpose_y,
+// scaled, plus the key mask [1, 1, 1, S] and the structural mask [1, 1, S, S]; softmax over
+// the keys; the values by matmul; transposed and reshaped back.
 func (g *Graph) Attention(name string, q, k, v, mask Value, a Attention) Value {
-	name = g.name(name)
 	h, kvh, d, seq := a.Heads, a.KVHeads, a.HeadDim, g.seq
 	out := Value{name: name, channels: h * d}
 	switch {
@@ -85,163 +90,184 @@ func (g *Graph) Attention(name string, q, k, v, mask Value, a Attention) Value {
 		g.fail("%s: the local window must be even, got %d", name, a.Window)
 		return out
 	}
-	t4 := func(dims ...int) string {
-		s := make([]string, len(dims))
-		for i, x := range dims {
-			s[i] = fmt.Sprint(x)
-		}
-		return "tensor<fp16, [" + strings.Join(s, ", ") + "]>"
-	}
-	ints := func(suffix string, vals ...int) string {
-		s := make([]string, len(vals))
-		for i, x := range vals {
-			s[i] = fmt.Sprint(x)
-		}
-		typ := fmt.Sprintf("tensor<int32, [%d]>", len(vals))
-		return fmt.Sprintf(`%s %s_%s = const()[name = string("%s_%s"), val = %s([%s])];`, typ, name, suffix, name, suffix, typ, strings.Join(s, ", "))
-	}
-	scalar := func(suffix string, val float32) string {
-		return fmt.Sprintf(`fp16 %s_%s = const()[name = string("%s_%s"), val = fp16(%s)];`, name, suffix, name, suffix, fp16Literal(val))
-	}
-	emit := func(typ, suffix, call string) string {
-		return fmt.Sprintf(`%s %s_%s = %s[name = string("%s_%s")];`, typ, name, suffix, call, name, suffix)
-	}
-	var lines []string
-	lines = append(lines,
-		ints("qshape", 1, h, d, seq), ints("kvshape", 1, kvh, d, seq),
-		emit(t4(1, h, d, seq), "q", fmt.Sprintf("reshape(shape = %s_qshape, x = %s)", name, q.name)),
-		emit(t4(1, kvh, d, seq), "k", fmt.Sprintf("reshape(shape = %s_kvshape, x = %s)", name, k.name)),
-		emit(t4(1, kvh, d, seq), "v", fmt.Sprintf("reshape(shape = %s_kvshape, x = %s)", name, v.name)))
+	b := g.block()
+	n := func(suffix string) string { return name + "_" + suffix }
+	heads4 := t4(1, h, seq, d)
 
-	// The per-head norms, over each head's dimensions (axis 2).
-	var qg, kg []float32
-	qn, kn := name+"_q", name+"_k"
-	if a.QNorm != nil || a.KNorm != nil {
-		lines = append(lines, ints("normaxes", 2),
-			fmt.Sprintf(`bool %s_normkeep = const()[name = string("%s_normkeep"), val = bool(true)];`, name, name),
-			scalar("normeps", a.NormEps))
-	}
-	norm := func(which string, heads int, gamma []float32) (string, []float32) {
-		in := name + "_" + which
-		if gamma == nil {
-			return in, nil
-		}
-		gline, gw := g.weightConst(fmt.Sprintf("%s_%snorm_gamma", name, which), fmt.Sprintf("[1, 1, %d, 1]", d), gamma)
-		red := t4(1, heads, 1, seq)
-		full := t4(1, heads, d, seq)
-		lines = append(lines, gline,
-			emit(full, which+"sq", fmt.Sprintf("mul(x = %s, y = %s)", in, in)),
-			emit(red, which+"ms", fmt.Sprintf("reduce_mean(axes = %s_normaxes, keep_dims = %s_normkeep, x = %s_%ssq)", name, name, name, which)),
-			emit(red, which+"var", fmt.Sprintf("add(x = %s_%sms, y = %s_normeps)", name, which, name)),
-			emit(red, which+"inv", fmt.Sprintf("rsqrt(x = %s_%svar)", name, which)),
-			emit(full, which+"n0", fmt.Sprintf("mul(x = %s, y = %s_%sinv)", in, name, which)),
-			emit(full, which+"n", fmt.Sprintf("mul(x = %s_%sn0, y = %s_%snorm_gamma)", name, which, name, which)))
-		return name + "_" + which + "n", gw
-	}
-	qn, qg = norm("q", h, a.QNorm)
-	kn, kg = norm("k", kvh, a.KNorm)
-
-	// The rotary embedding: x cos + rotate_half(x) sin, with cos and sin as [1, 1, d, seq]
-	// constants shared by every head.
-	var cos, sin []float32
-	if a.RoPETheta > 0 {
-		cos, sin = rope(a.RoPETheta, d, seq)
-		cline, cw := g.weightConst(name+"_cos", fmt.Sprintf("[1, 1, %d, %d]", d, seq), cos)
-		sline, sw := g.weightConst(name+"_sin", fmt.Sprintf("[1, 1, %d, %d]", d, seq), sin)
-		cos, sin = cw, sw
-		lines = append(lines, cline, sline, scalar("minus", -1),
-			fmt.Sprintf(`int32 %s_ropeaxis = const()[name = string("%s_ropeaxis"), val = int32(2)];`, name, name),
-			fmt.Sprintf(`bool %s_interleave = const()[name = string("%s_interleave"), val = bool(false)];`, name, name))
-		rot := func(which, in string, heads int) string {
-			lines = append(lines,
-				ints(which+"lo_begin", 0, 0, 0, 0), ints(which+"lo_end", 1, heads, d/2, seq),
-				ints(which+"hi_begin", 0, 0, d/2, 0), ints(which+"hi_end", 1, heads, d, seq),
-				emit(t4(1, heads, d/2, seq), which+"lo", fmt.Sprintf("slice_by_index(begin = %s_%slo_begin, end = %s_%slo_end, x = %s)", name, which, name, which, in)),
-				emit(t4(1, heads, d/2, seq), which+"hi", fmt.Sprintf("slice_by_index(begin = %s_%shi_begin, end = %s_%shi_end, x = %s)", name, which, name, which, in)),
-				emit(t4(1, heads, d/2, seq), which+"hineg", fmt.Sprintf("mul(x = %s_%shi, y = %s_minus)", name, which, name)),
-				emit(t4(1, heads, d, seq), which+"half", fmt.Sprintf("concat(axis = %s_ropeaxis, interleave = %s_interleave, values = (%s_%shineg, %s_%slo))", name, name, name, which, name, which)),
-				emit(t4(1, heads, d, seq), which+"c", fmt.Sprintf("mul(x = %s, y = %s_cos)", in, name)),
-				emit(t4(1, heads, d, seq), which+"s", fmt.Sprintf("mul(x = %s_%shalf, y = %s_sin)", name, which, name)),
-				emit(t4(1, heads, d, seq), which+"r", fmt.Sprintf("add(x = %s_%sc, y = %s_%ss)", name, which, name, which)))
-			return name + "_" + which + "r"
-		}
-		qn = rot("q", qn, h)
-		kn = rot("k", kn, kvh)
-	}
-
-	// Grouped-query attention: each key/value head is repeated for its group of query heads.
-	vn := name + "_v"
+	// Grouped-query attention: each key/value head is repeated for its group of query heads
+	// while the tensors are still [1, C, 1, S], by slicing the heads and concatenating the
+	// copies. (Flattening a head to [1, kvh, 1, d*S] to tile it would exceed the device's
+	// 16384 per dimension from S = 256 at d = 128.)
+	kin, vin := k.name, v.name
 	if group := h / kvh; group > 1 {
-		rep := func(which, in string) string {
-			lines = append(lines,
-				emit(t4(1, kvh, 1, d*seq), which+"flat", fmt.Sprintf("reshape(shape = %s_flatshape, x = %s)", name, in)),
-				emit(t4(1, kvh, group, d*seq), which+"tiled", fmt.Sprintf("tile(reps = %s_reps, x = %s_%sflat)", name, name, which)),
-				emit(t4(1, h, d, seq), which+"rep", fmt.Sprintf("reshape(shape = %s_qshape, x = %s_%stiled)", name, name, which)))
-			return name + "_" + which + "rep"
-		}
-		lines = append(lines, ints("flatshape", 1, kvh, 1, d*seq), ints("reps", 1, 1, group, 1))
-		kn, vn = rep("k", kn), rep("v", vn)
+		kin = b.repeatHeads(n("krep"), k.name, kvh, group, d, seq)
+		vin = b.repeatHeads(n("vrep"), v.name, kvh, group, d, seq)
 	}
 
-	// Scores: (q / sqrt(d))^T k per head, [1, h, seq (queries), seq (keys)], plus the key mask
-	// and the structural mask.
-	scale := float32(1 / math.Sqrt(float64(d)))
-	lines = append(lines, scalar("scale", scale),
-		fmt.Sprintf(`bool %s_true = const()[name = string("%s_true"), val = bool(true)];`, name, name),
-		fmt.Sprintf(`bool %s_false = const()[name = string("%s_false"), val = bool(false)];`, name, name),
-		emit(t4(1, h, d, seq), "qscaled", fmt.Sprintf("mul(x = %s, y = %s_scale)", qn, name)),
-		emit(t4(1, h, seq, seq), "scores", fmt.Sprintf("matmul(transpose_x = %s_true, transpose_y = %s_false, x = %s_qscaled, y = %s)", name, name, name, kn)),
-		emit(t4(1, h, seq, seq), "masked", fmt.Sprintf("add(x = %s_scores, y = %s)", name, mask.name)))
-	logits := name + "_masked"
+	hshape := b.ints(n("hshape"), 1, h, d, seq)
+	perm := b.ints(n("perm"), 0, 1, 3, 2)
+	heads := func(which, src string) string {
+		r := b.op(t4(1, h, d, seq), n(which+"4"), fmt.Sprintf("reshape(shape = %s, x = %s)", hshape, src))
+		return b.op(heads4, n(which+"t"), fmt.Sprintf("transpose(perm = %s, x = %s)", perm, r))
+	}
+	qn, kn, vn := heads("q", q.name), heads("k", kin), heads("v", vin)
+
+	// The per-head norms, over each head's dimensions (the last axis), as h3.c-ane's
+	// emit_head_norm_rope.
+	var qg, kg stored
+	if a.QNorm != nil || a.KNorm != nil {
+		axes := b.ints(n("normaxes"), 3)
+		keep := b.boolean(n("normkeep"), true)
+		eps := b.scalar(n("normeps"), DeviceEpsilon(a.NormEps))
+		nhalf := b.scalar(n("nhalf"), -0.5)
+		norm := func(which, src string, gamma []float32) (string, stored) {
+			if gamma == nil {
+				return src, stored{}
+			}
+			gname, gw := b.weight(n(which+"norm_gamma"), [4]int{1, 1, 1, d}, gamma)
+			row := t4(1, h, seq, 1)
+			sq := b.op(heads4, n(which+"sq"), fmt.Sprintf("mul(x = %s, y = %s)", src, src))
+			ms := b.op(row, n(which+"ms"), fmt.Sprintf("reduce_mean(axes = %s, keep_dims = %s, x = %s)", axes, keep, sq))
+			ve := b.op(row, n(which+"var"), fmt.Sprintf("add(x = %s, y = %s)", ms, eps))
+			inv := b.op(row, n(which+"inv"), fmt.Sprintf("pow(x = %s, y = %s)", ve, nhalf))
+			n0 := b.op(heads4, n(which+"n0"), fmt.Sprintf("mul(x = %s, y = %s)", src, inv))
+			return b.op(heads4, n(which+"n"), fmt.Sprintf("mul(x = %s, y = %s)", n0, gname)), gw
+		}
+		qn, qg = norm("q", qn, a.QNorm)
+		kn, kg = norm("k", kn, a.KNorm)
+	}
+
+	// The rotary embedding: x cos + rotate_half(x) sin, with cos and sin as [1, 1, S, d]
+	// constants shared by every head.
+	var cos, sin stored
+	if a.RoPETheta > 0 {
+		c, s := rope(a.RoPETheta, d, seq)
+		var cname, sname string
+		cname, cos = b.weight(n("cos"), [4]int{1, 1, seq, d}, c)
+		sname, sin = b.weight(n("sin"), [4]int{1, 1, seq, d}, s)
+		minus := b.scalar(n("minus"), -1)
+		axis := b.int32(n("ropeaxis"), 3)
+		interleave := b.boolean(n("interleave"), false)
+		lo := b.ints(n("lobegin"), 0, 0, 0, 0)
+		hi := b.ints(n("hibegin"), 0, 0, 0, d/2)
+		size := b.ints(n("halfsize"), 1, h, seq, d/2)
+		halves := t4(1, h, seq, d/2)
+		rot := func(which, src string) string {
+			l := b.op(halves, n(which+"lo"), fmt.Sprintf("slice_by_size(begin = %s, size = %s, x = %s)", lo, size, src))
+			u := b.op(halves, n(which+"hi"), fmt.Sprintf("slice_by_size(begin = %s, size = %s, x = %s)", hi, size, src))
+			neg := b.op(halves, n(which+"hineg"), fmt.Sprintf("mul(x = %s, y = %s)", u, minus))
+			half := b.op(heads4, n(which+"half"), fmt.Sprintf("concat(axis = %s, interleave = %s, values = (%s, %s))", axis, interleave, neg, l))
+			c := b.op(heads4, n(which+"c"), fmt.Sprintf("mul(x = %s, y = %s)", src, cname))
+			s := b.op(heads4, n(which+"s"), fmt.Sprintf("mul(x = %s, y = %s)", half, sname))
+			return b.op(heads4, n(which+"r"), fmt.Sprintf("add(x = %s, y = %s)", c, s))
+		}
+		qn, kn = rot("q", qn), rot("k", kn)
+	}
+
+	// Scores [1, h, S (queries), S (keys)], scaled, plus the key mask and the structural mask.
+	scale := fp16(float32(1 / math.Sqrt(float64(d))))
+	scores4 := t4(1, h, seq, seq)
+	yes := b.boolean(n("true"), true)
+	no := b.boolean(n("false"), false)
+	sc := b.scalar(n("scale"), scale)
+	scores := b.op(scores4, n("scores"), fmt.Sprintf("matmul(transpose_x = %s, transpose_y = %s, x = %s, y = %s)", no, yes, qn, kn))
+	scaled := b.op(scores4, n("scaled"), fmt.Sprintf("mul(x = %s, y = %s)", scores, sc))
+	logits := b.op(scores4, n("masked"), fmt.Sprintf("add(x = %s, y = %s)", scaled, mask.name))
 	if a.Causal || a.Window > 0 {
-		lines = append(lines,
-			fmt.Sprintf(`int32 %s_zero = const()[name = string("%s_zero"), val = int32(0)];`, name, name),
-			fmt.Sprintf(`int32 %s_seq = const()[name = string("%s_seq"), val = int32(%d)];`, name, name, seq),
-			fmt.Sprintf(`int32 %s_one = const()[name = string("%s_one"), val = int32(1)];`, name, name),
-			ints("colshape", seq, 1), ints("rowshape", 1, seq), ints("bandshape", 1, 1, seq, seq),
-			scalar("hidden", MaskNegative), scalar("visible", 0),
-			fmt.Sprintf(`tensor<int32, [%d]> %s_pos = range_1d(end = %s_seq, start = %s_zero, step = %s_one)[name = string("%s_pos")];`, seq, name, name, name, name, name),
-			fmt.Sprintf(`tensor<int32, [%d, 1]> %s_qpos = reshape(shape = %s_colshape, x = %s_pos)[name = string("%s_qpos")];`, seq, name, name, name, name),
-			fmt.Sprintf(`tensor<int32, [1, %d]> %s_kpos = reshape(shape = %s_rowshape, x = %s_pos)[name = string("%s_kpos")];`, seq, name, name, name, name),
-			fmt.Sprintf(`tensor<int32, [%d, %d]> %s_dist = sub(x = %s_kpos, y = %s_qpos)[name = string("%s_dist")];`, seq, seq, name, name, name, name))
-		var far string
-		if a.Causal {
-			far = fmt.Sprintf(`tensor<bool, [%d, %d]> %s_far = greater(x = %s_dist, y = %s_zero)[name = string("%s_far")];`, seq, seq, name, name, name, name)
-		} else {
-			lines = append(lines,
-				fmt.Sprintf(`int32 %s_halfwindow = const()[name = string("%s_halfwindow"), val = int32(%d)];`, name, name, a.Window/2),
-				fmt.Sprintf(`tensor<int32, [%d, %d]> %s_absdist = abs(x = %s_dist)[name = string("%s_absdist")];`, seq, seq, name, name, name))
-			far = fmt.Sprintf(`tensor<bool, [%d, %d]> %s_far = greater(x = %s_absdist, y = %s_halfwindow)[name = string("%s_far")];`, seq, seq, name, name, name, name)
-		}
-		lines = append(lines, far,
-			fmt.Sprintf(`tensor<fp16, [%d, %d]> %s_band = select(a = %s_hidden, b = %s_visible, cond = %s_far)[name = string("%s_band")];`, seq, seq, name, name, name, name, name),
-			emit(t4(1, 1, seq, seq), "band4", fmt.Sprintf("reshape(shape = %s_bandshape, x = %s_band)", name, name)),
-			emit(t4(1, h, seq, seq), "banded", fmt.Sprintf("add(x = %s_masked, y = %s_band4)", name, name)))
-		logits = name + "_banded"
+		band := b.band(n("band"), seq, a.Causal, a.Window)
+		logits = b.op(scores4, n("banded"), fmt.Sprintf("add(x = %s, y = %s)", logits, band))
 	}
-	lines = append(lines,
-		fmt.Sprintf(`int32 %s_softmaxaxis = const()[name = string("%s_softmaxaxis"), val = int32(-1)];`, name, name),
-		emit(t4(1, h, seq, seq), "probs", fmt.Sprintf("softmax(axis = %s_softmaxaxis, x = %s)", name, logits)),
-		emit(t4(1, h, d, seq), "heads", fmt.Sprintf("matmul(transpose_x = %s_false, transpose_y = %s_true, x = %s, y = %s_probs)", name, name, vn, name)),
-		ints("outshape", 1, h*d, 1, seq),
-		fmt.Sprintf(`%s %s = reshape(shape = %s_outshape, x = %s_heads)[name = string("%s")];`, g.tensor(h*d), name, name, name, name))
+	smax := b.int32(n("softmaxaxis"), -1)
+	probs := b.op(scores4, n("probs"), fmt.Sprintf("softmax(axis = %s, x = %s)", smax, logits))
+	att := b.op(heads4, n("heads"), fmt.Sprintf("matmul(transpose_x = %s, transpose_y = %s, x = %s, y = %s)", no, no, probs, vn))
+	back := b.op(t4(1, h, d, seq), n("headst"), fmt.Sprintf("transpose(perm = %s, x = %s)", perm, att))
+	oshape := b.ints(n("outshape"), 1, h*d, 1, seq)
+	b.op(g.tensor(h*d), name, fmt.Sprintf("reshape(shape = %s, x = %s)", oshape, back))
 
-	ref := attentionRef{a: a, seq: seq, qg: qg, kg: kg, cos: cos, sin: sin, scale: float64(fp16(scale)), eps: fp16(a.NormEps)}
-	return g.add(op{lines: lines, out: out, eval: func(env map[string][]float32, p precision) []float32 {
+	ref := attentionRef{a: a, seq: seq, qg: qg, kg: kg, cos: cos, sin: sin, scale: scale, eps: DeviceEpsilon(a.NormEps)}
+	return g.add(b, out, func(env map[string][]float32, p precision) []float32 {
 		return ref.eval(env[q.name], env[k.name], env[v.name], env[mask.name], p)
-	}})
+	})
 }
 
-// rope is the rotary embedding's cos and sin tables, [d, seq] channel-major: dimension i and
-// i + d/2 rotate together at frequency theta^(-2i/d).
+// repeatHeads repeats each of src's kvh heads (d channels each) group times, in order:
+// [k0 k0 k1 k1 ...] for a group of two.
+func (b *block) repeatHeads(prefix, src string, kvh, group, d, seq int) string {
+	size := b.ints(prefix+"_size", 1, d, 1, seq)
+	var parts []string
+	for j := range kvh {
+		begin := b.ints(fmt.Sprintf("%s_begin%d", prefix, j), 0, j*d, 0, 0)
+		head := b.op(t4(1, d, 1, seq), fmt.Sprintf("%s_head%d", prefix, j), fmt.Sprintf("slice_by_size(begin = %s, size = %s, x = %s)", begin, size, src))
+		for range group {
+			parts = append(parts, head)
+		}
+	}
+	axis := b.int32(prefix+"_axis", 1)
+	interleave := b.boolean(prefix+"_interleave", false)
+	return b.op(t4(1, kvh*group*d, 1, seq), prefix, fmt.Sprintf("concat(axis = %s, interleave = %s, values = (%s))", axis, interleave, strings.Join(parts, ", ")))
+}
+
+// band is the structural mask [1, 1, S, S]: MaskNegative where query t may not see key s
+// (s > t when causal; |s - t| > window/2 for a local window), 0 elsewhere. No reference shows
+// integer arithmetic compiling for the device (jafreck/ironmill ane-op-support-matrix.md:
+// "only on fp16/fp32 - integer arithmetic rejected"), and an S x S constant would be 128 MiB
+// at S = 8192, so the mask is computed in fp16 from position ramps and chosen with select
+// (greater and select are verified there). fp16 holds every integer only up to 2048, so each
+// position is two exact digits base 64 and the distance is (khi - qhi)*64 + (klo - qlo): every
+// distance under 2048 in magnitude comes out exact and a larger one keeps its sign and stays
+// beyond 2048, so comparing it with 0 or with a window under 2048 is exact at any S.
+func (b *block) band(prefix string, seq int, causal bool, window int) string {
+	hi, lo := make([]float32, seq), make([]float32, seq)
+	for p := range seq {
+		hi[p], lo[p] = float32(p/bandRadix), float32(p%bandRadix)
+	}
+	qhi, _ := b.weight(prefix+"_qhi", [4]int{1, 1, seq, 1}, hi)
+	qlo, _ := b.weight(prefix+"_qlo", [4]int{1, 1, seq, 1}, lo)
+	khi, _ := b.weight(prefix+"_khi", [4]int{1, 1, 1, seq}, hi)
+	klo, _ := b.weight(prefix+"_klo", [4]int{1, 1, 1, seq}, lo)
+	reps := b.ints(prefix+"_reps", 1, 1, seq, 1)
+	radix := b.scalar(prefix+"_radix", bandRadix)
+	square := t4(1, 1, seq, seq)
+	// Tiling the key ramps makes every subtraction broadcast one side only, as the
+	// references' masks do.
+	khit := b.op(square, prefix+"_khit", fmt.Sprintf("tile(reps = %s, x = %s)", reps, khi))
+	klot := b.op(square, prefix+"_klot", fmt.Sprintf("tile(reps = %s, x = %s)", reps, klo))
+	dhi := b.op(square, prefix+"_dhi", fmt.Sprintf("sub(x = %s, y = %s)", khit, qhi))
+	dlo := b.op(square, prefix+"_dlo", fmt.Sprintf("sub(x = %s, y = %s)", klot, qlo))
+	dhis := b.op(square, prefix+"_dhis", fmt.Sprintf("mul(x = %s, y = %s)", dhi, radix))
+	dist := b.op(square, prefix+"_dist", fmt.Sprintf("add(x = %s, y = %s)", dhis, dlo))
+	boolSquare := tensorType("bool", 1, 1, seq, seq)
+	var far string
+	if causal {
+		zero := b.scalar(prefix+"_zero", 0)
+		far = b.op(boolSquare, prefix+"_far", fmt.Sprintf("greater(x = %s, y = %s)", dist, zero))
+	} else {
+		halfw := b.scalar(prefix+"_halfwindow", float32(window/2))
+		adist := b.op(square, prefix+"_adist", fmt.Sprintf("abs(x = %s)", dist))
+		far = b.op(boolSquare, prefix+"_far", fmt.Sprintf("greater(x = %s, y = %s)", adist, halfw))
+	}
+	hidden := b.scalar(prefix+"_hidden", MaskNegative)
+	visible := b.scalar(prefix+"_visible", 0)
+	return b.op(square, prefix, fmt.Sprintf("select(a = %s, b = %s, cond = %s)", hidden, visible, far))
+}
+
+// bandDistance is the distance key s - query t as band computes it in fp16, step by step.
+func bandDistance(t, s int) float32 {
+	dhi := fp16(float32(s/bandRadix) - float32(t/bandRadix))
+	dlo := fp16(float32(s%bandRadix) - float32(t%bandRadix))
+	return fp16(fp16(dhi*bandRadix) + dlo)
+}
+
+// rope is the rotary embedding's cos and sin tables, [S, d] position-major (the [1, 1, S, d]
+// constants): dimension i and i + d/2 rotate together at frequency theta^(-2i/d).
 func rope(theta float64, d, seq int) (cos, sin []float32) {
-	cos, sin = make([]float32, d*seq), make([]float32, d*seq)
+	cos, sin = make([]float32, seq*d), make([]float32, seq*d)
 	for i := range d / 2 {
 		freq := math.Pow(theta, -2*float64(i)/float64(d))
 		for s := range seq {
 			c, n := math.Cos(float64(s)*freq), math.Sin(float64(s)*freq)
-			cos[i*seq+s], cos[(i+d/2)*seq+s] = float32(c), float32(c)
-			sin[i*seq+s], sin[(i+d/2)*seq+s] = float32(n), float32(n)
+			cos[s*d+i], cos[s*d+i+d/2] = float32(c), float32(c)
+			sin[s*d+i], sin[s*d+i+d/2] = float32(n), float32(n)
 		}
 	}
 	return cos, sin
@@ -253,22 +279,27 @@ func rope(theta float64, d, seq int) (cos, sin []float32) {
 type attentionRef struct {
 	a        Attention
 	seq      int
-	qg, kg   []float32
-	cos, sin []float32
-	scale    float64
+	qg, kg   stored
+	cos, sin stored
+	scale    float32
 	eps      float32
 }
 
 func (r attentionRef) eval(q, k, v, mask []float32, p precision) []float32 {
-	fp16 := p.v
 	a, seq, d := r.a, r.seq, r.a.HeadDim
-	// heads splits a [heads*d, seq] value into per-head [d][seq] rows.
+	qg, kg, cos, sin := r.qg.values(), r.kg.values(), r.cos.values(), r.sin.values()
+	// heads splits a [heads*d, seq] value into per-head [seq][d] rows: the transposed
+	// [1, h, S, d] tensor.
 	heads := func(x []float32, n int) [][][]float32 {
 		out := make([][][]float32, n)
 		for hh := range n {
-			out[hh] = make([][]float32, d)
-			for i := range d {
-				out[hh][i] = append([]float32(nil), x[(hh*d+i)*seq:(hh*d+i+1)*seq]...)
+			out[hh] = make([][]float32, seq)
+			for s := range seq {
+				row := make([]float32, d)
+				for i := range d {
+					row[i] = x[(hh*d+i)*seq+s]
+				}
+				out[hh][s] = row
 			}
 		}
 		return out
@@ -278,79 +309,53 @@ func (r attentionRef) eval(q, k, v, mask []float32, p precision) []float32 {
 		if gamma == nil {
 			return
 		}
-		col := make([]float32, d)
 		for _, h := range hs {
-			for s := range seq {
-				for i := range d {
-					col[i] = h[i][s]
-				}
-				inv := p.rmsInv(col, r.eps)
-				for i := range d {
-					h[i][s] = fp16(fp16(h[i][s]*inv) * gamma[i])
+			for _, row := range h {
+				inv := p.rmsInv(row, r.eps)
+				for i := range row {
+					row[i] = p.v(p.v(row[i]*inv) * gamma[i])
 				}
 			}
 		}
 	}
-	norm(qs, r.qg)
-	norm(ks, r.kg)
+	norm(qs, qg)
+	norm(ks, kg)
 	rotate := func(hs [][][]float32) {
-		if r.cos == nil {
+		if cos == nil {
 			return
 		}
+		rot := make([]float32, d)
 		for _, h := range hs {
-			rot := make([][]float32, d)
-			for i := range d / 2 {
-				rot[i] = make([]float32, seq)
-				for s := range seq {
-					rot[i][s] = -h[i+d/2][s]
+			for s, row := range h {
+				for i := range d / 2 {
+					rot[i], rot[i+d/2] = -row[i+d/2], row[i]
 				}
-				rot[i+d/2] = h[i]
-			}
-			out := make([][]float32, d)
-			for i := range d {
-				out[i] = make([]float32, seq)
-				for s := range seq {
-					c := fp16(h[i][s] * r.cos[i*seq+s])
-					n := fp16(rot[i][s] * r.sin[i*seq+s])
-					out[i][s] = fp16(c + n)
+				for i := range d {
+					c := p.v(row[i] * cos[s*d+i])
+					n := p.v(rot[i] * sin[s*d+i])
+					row[i] = p.v(c + n)
 				}
 			}
-			copy(h, out)
 		}
 	}
 	rotate(qs)
 	rotate(ks)
 	group := a.Heads / a.KVHeads
 	out := make([]float32, a.Heads*d*seq)
-	// Keys position-major, so a score is one contiguous dot product.
-	keys := make([][][]float32, a.KVHeads)
-	for kh := range keys {
-		keys[kh] = make([][]float32, seq)
-		for s := range seq {
-			keys[kh][s] = make([]float32, d)
-			for i := range d {
-				keys[kh][s][i] = ks[kh][i][s]
-			}
-		}
-	}
 	// Heads are independent: each writes only its own rows of out.
 	parallel(a.Heads, func(hh int) {
-		qh, kh, vh := qs[hh], keys[hh/group], vs[hh/group]
+		qh, kh, vh := qs[hh], ks[hh/group], vs[hh/group]
 		scores := make([]float64, seq)
-		q := make([]float64, d)
 		for t := range seq { // the query position
-			for i := range d {
-				q[i] = float64(fp16(float32(float64(qh[i][t]) * r.scale)))
-			}
 			maxScore := math.Inf(-1)
 			for s := range seq { // the key position
 				var dot float64
-				for i, k := range kh[s] {
-					dot += q[i] * float64(k)
+				for i, kv := range kh[s] {
+					dot += float64(qh[t][i]) * float64(kv)
 				}
-				x := fp16(fp16(float32(dot)) + mask[s])
+				x := p.v(p.v(p.v(float32(dot))*r.scale) + mask[s])
 				if a.Causal && s > t || a.Window > 0 && abs(s-t) > a.Window/2 {
-					x = fp16(x + MaskNegative)
+					x = p.v(x + MaskNegative)
 				}
 				scores[s] = float64(x)
 				maxScore = max(maxScore, scores[s])
@@ -361,14 +366,14 @@ func (r attentionRef) eval(q, k, v, mask []float32, p precision) []float32 {
 				sum += scores[s]
 			}
 			for s := range seq {
-				scores[s] = float64(fp16(float32(scores[s] / sum)))
+				scores[s] = float64(p.v(float32(scores[s] / sum)))
 			}
 			for i := range d {
 				var acc float64
-				for s, v := range vh[i] {
-					acc += float64(v) * scores[s]
+				for s, row := range vh {
+					acc += float64(row[i]) * scores[s]
 				}
-				out[(hh*d+i)*seq+t] = fp16(float32(acc))
+				out[(hh*d+i)*seq+t] = p.v(float32(acc))
 			}
 		}
 	})

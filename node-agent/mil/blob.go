@@ -18,7 +18,8 @@ limitations under the License.
 // MILBlob v2 file. It is pure Go and runs everywhere, so its output is tested byte for byte on
 // any machine. Equal graphs give equal bytes: constants are emitted in a fixed order, so a
 // layer at a shape always has the same text, the same weights file and hence the same aned
-// cache identifier.
+// cache identifier. Every program passes Validate, the rules the public references report the
+// device's compiler and runtime hold to, before it is returned.
 package mil
 
 import (
@@ -47,45 +48,96 @@ const (
 // Blob is a MILBlob v2 weights file: a 64-byte header (count, version), then per tensor a
 // 64-byte metadata record (sentinel, dtype, size, absolute data offset) and its data, each
 // 64-byte aligned. A program's BLOBFILE offset points at the metadata record.
+//
+// Records are laid out as they are added but converted and written only when the file is
+// first read, into one buffer of the final size: a full-size layer holds tens of MiB, and
+// growing a buffer by copies costs as much again.
 type Blob struct {
-	buf   []byte
-	count uint32
+	buf     []byte
+	size    uint64
+	count   uint32
+	pending []record
+}
+
+// record is a tensor added but not yet written.
+type record struct {
+	meta   uint64
+	values []float32
 }
 
 // NewBlob returns an empty blob.
-func NewBlob() *Blob { return &Blob{buf: make([]byte, blobAlign)} }
+func NewBlob() *Blob { return &Blob{size: blobAlign} }
 
-// AddFP16 appends values converted to fp16 (round to nearest even) and returns the offset of
-// their metadata record.
+// AddFP16 adds values converted to fp16 (round to nearest even) and returns the offset of their
+// metadata record. The blob keeps values until it is written.
 func (b *Blob) AddFP16(values []float32) uint64 {
-	data := make([]byte, 2*len(values))
-	for i, v := range values {
-		binary.LittleEndian.PutUint16(data[2*i:], float16.Fromfloat32(v).Bits())
+	meta := b.size
+	end := meta + blobAlign + uint64(2*len(values))
+	if pad := end % blobAlign; pad != 0 {
+		end += blobAlign - pad
 	}
-	return b.add(DTypeFP16, data)
+	b.size, b.count = end, b.count+1
+	b.pending = append(b.pending, record{meta: meta, values: values})
+	return meta
 }
 
-func (b *Blob) add(dtype uint32, data []byte) uint64 {
-	meta := uint64(len(b.buf))
-	dataAt := meta + blobAlign
-	rec := make([]byte, blobAlign)
-	binary.LittleEndian.PutUint32(rec[0:], blobSentinel)
-	binary.LittleEndian.PutUint32(rec[4:], dtype)
-	binary.LittleEndian.PutUint64(rec[8:], uint64(len(data)))
-	binary.LittleEndian.PutUint64(rec[16:], dataAt)
-	b.buf = append(b.buf, rec...)
-	b.buf = append(b.buf, data...)
-	if pad := len(b.buf) % blobAlign; pad != 0 {
-		b.buf = append(b.buf, make([]byte, blobAlign-pad)...)
+// write converts and writes every pending record.
+func (b *Blob) write() {
+	if len(b.pending) == 0 && uint64(len(b.buf)) == b.size {
+		return
 	}
-	b.count++
-	return meta
+	if uint64(cap(b.buf)) < b.size {
+		b.buf = append(make([]byte, 0, b.size), b.buf...)
+	}
+	b.buf = b.buf[:b.size]
+	binary.LittleEndian.PutUint32(b.buf[0:], b.count)
+	binary.LittleEndian.PutUint32(b.buf[4:], blobVersion)
+	// A chunk at a time through arrays on the stack, with bulk copies in and out: a full-size
+	// layer converts millions of values, and per-element work on the heap is what the race
+	// detector checks access by access.
+	var in [chunk]float32
+	var out [2 * chunk]byte
+	for _, r := range b.pending {
+		dataAt := r.meta + blobAlign
+		rec := b.buf[r.meta:dataAt]
+		binary.LittleEndian.PutUint32(rec[0:], blobSentinel)
+		binary.LittleEndian.PutUint32(rec[4:], DTypeFP16)
+		binary.LittleEndian.PutUint64(rec[8:], uint64(2*len(r.values)))
+		binary.LittleEndian.PutUint64(rec[16:], dataAt)
+		data := b.buf[dataAt:]
+		for i := 0; i < len(r.values); i += chunk {
+			n := copy(in[:], r.values[i:])
+			for j, v := range in[:n] {
+				binary.LittleEndian.PutUint16(out[2*j:], float16.Fromfloat32(v).Bits())
+			}
+			copy(data[2*i:], out[:2*n])
+		}
+	}
+	b.pending = nil
+}
+
+// chunk is how many values are converted at a time.
+const chunk = 512
+
+// FP16 reads back the n values of the record at meta, as fp16 holds them.
+func (b *Blob) FP16(meta uint64, n int) []float32 {
+	b.write()
+	data := b.buf[meta+blobAlign : meta+blobAlign+uint64(2*n)]
+	out := make([]float32, n)
+	var in [2 * chunk]byte
+	var vals [chunk]float32
+	for i := 0; i < n; i += chunk {
+		m := copy(in[:], data[2*i:]) / 2
+		for j := range m {
+			vals[j] = float16.Frombits(binary.LittleEndian.Uint16(in[2*j:])).Float32()
+		}
+		copy(out[i:], vals[:m])
+	}
+	return out
 }
 
 // Bytes is the blob file.
 func (b *Blob) Bytes() []byte {
-	out := append([]byte(nil), b.buf...)
-	binary.LittleEndian.PutUint32(out[0:], b.count)
-	binary.LittleEndian.PutUint32(out[4:], blobVersion)
-	return out
+	b.write()
+	return b.buf[:len(b.buf):len(b.buf)]
 }

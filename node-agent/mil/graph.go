@@ -19,7 +19,9 @@ package mil
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +29,12 @@ import (
 
 	"github.com/x448/float16"
 )
+
+// buildInfo is the attribute block that follows the version line in every program the public
+// references compile in memory (maderix/ANE training/stories_mil.h MIL_HDR, maderix/h3.c-ane
+// h3_ane_block.m, jundot/omlx qwen35_ane.mm); jafreck/ironmill
+// crates/ironmill-core/src/ane/mil_text.rs calls it required. The values are theirs.
+const buildInfo = `[buildInfo = dict<string, string>({{"coremlc-component-MIL", "3510.2.1"}, {"coremlc-version", "3505.4.1"}, {"coremltools-component-milinternal", ""}, {"coremltools-version", "9.0"}})]`
 
 // Value is a tensor of the graph: [1, Channels, 1, Seq], fp16, channel-major.
 type Value struct {
@@ -38,10 +46,10 @@ type Value struct {
 func (v Value) Channels() int { return v.channels }
 
 // op is one operation: its MIL lines (constants first, in the order they were made) and its
-// CPU evaluation over float32 values that are rounded to fp16 after every operation, as the
-// device holds them. A composed operation rounds each of its MIL steps in turn (RMSNorm's
+// CPU evaluation over float32 values that are rounded to fp16 after every MIL operation, as
+// the device holds them. A composed operation rounds each of its MIL steps in turn (a norm's
 // square overflows as the device's does); a single MIL operation with inner sums (a matmul, a
-// reduction, layer_norm, softmax) accumulates wider and rounds its result.
+// reduction, softmax) accumulates wider and rounds its result.
 type op struct {
 	lines []string
 	out   Value
@@ -80,52 +88,135 @@ func (g *Graph) fail(format string, args ...any) {
 	}
 }
 
-// name reserves an operation's name; names must be plain and unique.
-func (g *Graph) name(n string) string {
-	if n == "" || strings.ContainsAny(n, ` "()[],;=<>`) || g.used[n] {
-		g.fail("operation name %q is empty, not plain or used twice", n)
+// plainName is what a variable may be called.
+var plainName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// reserve claims a variable name. Every name a program declares, a composed operation's
+// inner steps included, is claimed here, so two operations can never declare the same
+// variable: the device's compiler rejects a program that does (jafreck/ironmill
+// docs/design/ane/ane-constraints.md, "duplicate variable names").
+func (g *Graph) reserve(n string) string {
+	if !plainName.MatchString(n) || g.used[n] {
+		g.fail("variable name %q is not plain or is declared twice", n)
 	}
 	g.used[n] = true
 	return n
 }
 
-func (g *Graph) tensor(c int) string { return fmt.Sprintf("tensor<fp16, [1, %d, 1, %d]>", c, g.seq) }
-
-// weightConst adds an fp16 constant of the given MIL shape from the blob and returns its line,
-// with the values rounded as the device holds them.
-func (g *Graph) weightConst(name, shape string, values []float32) (string, []float32) {
-	off := g.blob.AddFP16(values)
-	line := fmt.Sprintf(`tensor<fp16, %s> %s = const()[name = string("%s"), val = tensor<fp16, %s>(BLOBFILE(path = string("%s"), offset = uint64(%d)))];`,
-		shape, name, name, shape, BlobPath, off)
-	return line, fp16s(values)
+// block collects one operation's MIL statements.
+type block struct {
+	g     *Graph
+	lines []string
 }
 
-func (g *Graph) add(o op) Value {
-	g.ops = append(g.ops, o)
-	return o.out
+func (g *Graph) block() *block { return &block{g: g} }
+
+// op declares name as the result of call, of type typ.
+func (b *block) op(typ, name, call string) string {
+	b.g.reserve(name)
+	b.lines = append(b.lines, fmt.Sprintf(`%s %s = %s[name = string("%s")];`, typ, name, call, name))
+	return name
 }
 
-// Linear is y = W x (W has out rows of x.Channels values) as a 1x1 convolution.
+func (b *block) konst(typ, name, val string) string {
+	b.g.reserve(name)
+	b.lines = append(b.lines, fmt.Sprintf(`%s %s = const()[name = string("%s"), val = %s];`, typ, name, name, val))
+	return name
+}
+
+// ints declares a constant int32 vector (shapes, axes, permutations: parameters, never data).
+func (b *block) ints(name string, vals ...int) string {
+	typ := fmt.Sprintf("tensor<int32, [%d]>", len(vals))
+	return b.konst(typ, name, typ+"(["+joinInts(vals)+"])")
+}
+
+func (b *block) int32(name string, v int) string {
+	return b.konst("int32", name, fmt.Sprintf("int32(%d)", v))
+}
+
+func (b *block) boolean(name string, v bool) string {
+	return b.konst("bool", name, fmt.Sprintf("bool(%t)", v))
+}
+
+func (b *block) str(name, v string) string {
+	return b.konst("string", name, fmt.Sprintf(`string("%s")`, v))
+}
+
+// scalar declares an fp16 constant, written as the device will hold it.
+func (b *block) scalar(name string, v float32) string {
+	return b.konst("fp16", name, "fp16("+fp16Literal(v)+")")
+}
+
+// weight declares an fp16 constant of the given shape from the blob and returns its name and
+// where the CPU reference reads its values back, as the device holds them.
+func (b *block) weight(name string, shape [4]int, values []float32) (string, stored) {
+	if n := shape[0] * shape[1] * shape[2] * shape[3]; n != len(values) {
+		b.g.fail("%s: %d values for a %v constant", name, len(values), shape)
+	}
+	off := b.g.blob.AddFP16(values)
+	typ := tensorType("fp16", shape[:]...)
+	b.konst(typ, name, fmt.Sprintf(`%s(BLOBFILE(path = string("%s"), offset = uint64(%d)))`, typ, BlobPath, off))
+	return name, stored{blob: b.g.blob, at: off, n: len(values)}
+}
+
+// stored is a constant in the blob. The CPU reference reads it back when it evaluates rather
+// than keeping a float32 copy: a program holds its weights once, in fp16.
+type stored struct {
+	blob *Blob
+	at   uint64
+	n    int
+}
+
+// values is the constant as fp16 holds it (nil for no constant).
+func (s stored) values() []float32 {
+	if s.blob == nil {
+		return nil
+	}
+	return s.blob.FP16(s.at, s.n)
+}
+
+func tensorType(dtype string, dims ...int) string {
+	return fmt.Sprintf("tensor<%s, [%s]>", dtype, joinInts(dims))
+}
+
+// t4 is an fp16 tensor type.
+func t4(dims ...int) string { return tensorType("fp16", dims...) }
+
+func joinInts(vals []int) string {
+	s := make([]string, len(vals))
+	for i, v := range vals {
+		s[i] = fmt.Sprint(v)
+	}
+	return strings.Join(s, ", ")
+}
+
+func (g *Graph) tensor(c int) string { return t4(1, c, 1, g.seq) }
+
+func (g *Graph) add(b *block, out Value, eval func(env map[string][]float32, p precision) []float32) Value {
+	g.ops = append(g.ops, op{lines: b.lines, out: out, eval: eval})
+	return out
+}
+
+// Linear is y = W x (W has out rows of x.Channels values) as a 1x1 convolution, in the form
+// every reference uses for a projection (maderix/ANE training/stories_mil.h CONV_CONST,
+// jundot/omlx qwen35_ane.mm fp16_linear_mil).
 func (g *Graph) Linear(name string, x Value, out int, weights []float32) Value {
-	name = g.name(name)
 	if len(weights) != out*x.channels {
 		g.fail("%s: %d weights for a %dx%d layer", name, len(weights), out, x.channels)
 		return Value{name: name, channels: out}
 	}
-	wline, w := g.weightConst(name+"_weight", fmt.Sprintf("[%d, %d, 1, 1]", out, x.channels), weights)
-	lines := []string{
-		fmt.Sprintf(`string %s_pad_type = const()[name = string("%s_pad_type"), val = string("valid")];`, name, name),
-		fmt.Sprintf(`tensor<int32, [2]> %s_strides = const()[name = string("%s_strides"), val = tensor<int32, [2]>([1, 1])];`, name, name),
-		fmt.Sprintf(`tensor<int32, [4]> %s_pad = const()[name = string("%s_pad"), val = tensor<int32, [4]>([0, 0, 0, 0])];`, name, name),
-		fmt.Sprintf(`tensor<int32, [2]> %s_dilations = const()[name = string("%s_dilations"), val = tensor<int32, [2]>([1, 1])];`, name, name),
-		fmt.Sprintf(`int32 %s_groups = const()[name = string("%s_groups"), val = int32(1)];`, name, name),
-		wline,
-		fmt.Sprintf(`%s %s = conv(dilations = %s_dilations, groups = %s_groups, pad = %s_pad, pad_type = %s_pad_type, strides = %s_strides, weight = %s_weight, x = %s)[name = string("%s")];`,
-			g.tensor(out), name, name, name, name, name, name, name, x.name, name),
-	}
+	b := g.block()
+	pad := b.str(name+"_pad_type", "valid")
+	strides := b.ints(name+"_strides", 1, 1)
+	pads := b.ints(name+"_pad", 0, 0, 0, 0)
+	dil := b.ints(name+"_dilations", 1, 1)
+	groups := b.int32(name+"_groups", 1)
+	wname, wref := b.weight(name+"_weight", [4]int{out, x.channels, 1, 1}, weights)
+	b.op(g.tensor(out), name, fmt.Sprintf("conv(dilations = %s, groups = %s, pad = %s, pad_type = %s, strides = %s, weight = %s, x = %s)",
+		dil, groups, pads, pad, strides, wname, x.name))
 	in, seq := x.channels, g.seq
-	return g.add(op{lines: lines, out: Value{name: name, channels: out}, eval: func(env map[string][]float32, p precision) []float32 {
-		xs, y := env[x.name], make([]float32, out*seq)
+	return g.add(b, Value{name: name, channels: out}, func(env map[string][]float32, p precision) []float32 {
+		xs, y, w := env[x.name], make([]float32, out*seq), wref.values()
 		// Each output channel accumulates over the inputs in a fixed order (so the result
 		// does not depend on how the rows are shared out), a whole row of positions at a time.
 		parallel(out, func(o int) {
@@ -147,7 +238,7 @@ func (g *Graph) Linear(name string, x Value, out int, weights []float32) Value {
 			}
 		})
 		return p.s(y)
-	}})
+	})
 }
 
 // Add is a + b, element by element.
@@ -160,181 +251,206 @@ func (g *Graph) Mul(name string, a, b Value) Value {
 	return g.binary(name, "mul", a, b, func(x, y float32) float32 { return x * y })
 }
 
-func (g *Graph) binary(name, kind string, a, b Value, f func(x, y float32) float32) Value {
-	name = g.name(name)
-	if a.channels != b.channels {
-		g.fail("%s: %s of %d and %d channels", name, kind, a.channels, b.channels)
+func (g *Graph) binary(name, kind string, a, c Value, f func(x, y float32) float32) Value {
+	if a.channels != c.channels {
+		g.fail("%s: %s of %d and %d channels", name, kind, a.channels, c.channels)
 	}
-	line := fmt.Sprintf(`%s %s = %s(x = %s, y = %s)[name = string("%s")];`, g.tensor(a.channels), name, kind, a.name, b.name, name)
-	return g.add(op{lines: []string{line}, out: Value{name: name, channels: a.channels}, eval: func(env map[string][]float32, p precision) []float32 {
-		xs, ys := env[a.name], env[b.name]
+	b := g.block()
+	b.op(g.tensor(a.channels), name, fmt.Sprintf("%s(x = %s, y = %s)", kind, a.name, c.name))
+	return g.add(b, Value{name: name, channels: a.channels}, func(env map[string][]float32, p precision) []float32 {
+		xs, ys := env[a.name], env[c.name]
 		out := make([]float32, len(xs))
 		for i := range xs {
 			out[i] = f(xs[i], ys[i])
 		}
 		return p.s(out)
-	}})
-}
-
-// GELU is the tanh approximation of GELU.
-func (g *Graph) GELU(name string, x Value) Value {
-	name = g.name(name)
-	lines := []string{
-		fmt.Sprintf(`string %s_mode = const()[name = string("%s_mode"), val = string("TANH_APPROXIMATION")];`, name, name),
-		fmt.Sprintf(`%s %s = gelu(mode = %s_mode, x = %s)[name = string("%s")];`, g.tensor(x.channels), name, name, x.name, name),
-	}
-	return g.unary(name, lines, x, func(v float64) float64 {
-		return 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v)))
 	})
 }
 
-// GELUExact is GELU with the error function (ModernBERT's activation).
+// GELUExact is GELU with the error function (ModernBERT's activation): 0.5 x (1 + erf(x/√2)).
+// No reference shows the gelu operation itself running on the device; jafreck/ironmill
+// docs/design/ane/ane-op-support-matrix.md verifies erf on it ("enables on-ANE GELU without
+// tanh decomposition"), so GELU is composed from erf, mul and add.
 func (g *Graph) GELUExact(name string, x Value) Value {
-	name = g.name(name)
-	lines := []string{
-		fmt.Sprintf(`string %s_mode = const()[name = string("%s_mode"), val = string("EXACT")];`, name, name),
-		fmt.Sprintf(`%s %s = gelu(mode = %s_mode, x = %s)[name = string("%s")];`, g.tensor(x.channels), name, name, x.name, name),
-	}
-	return g.unary(name, lines, x, func(v float64) float64 { return 0.5 * v * (1 + math.Erf(v/math.Sqrt2)) })
-}
-
-// SiLU is x * sigmoid(x).
-func (g *Graph) SiLU(name string, x Value) Value {
-	name = g.name(name)
-	lines := []string{fmt.Sprintf(`%s %s = silu(x = %s)[name = string("%s")];`, g.tensor(x.channels), name, x.name, name)}
-	return g.unary(name, lines, x, func(v float64) float64 { return v / (1 + math.Exp(-v)) })
-}
-
-func (g *Graph) unary(name string, lines []string, x Value, f func(float64) float64) Value {
-	return g.add(op{lines: lines, out: Value{name: name, channels: x.channels}, eval: func(env map[string][]float32, p precision) []float32 {
+	b := g.block()
+	tensor := g.tensor(x.channels)
+	invSqrt2, half, one := fp16(float32(1/math.Sqrt2)), float32(0.5), float32(1)
+	is2 := b.scalar(name+"_invsqrt2", invSqrt2)
+	h := b.scalar(name+"_half", half)
+	o := b.scalar(name+"_one", one)
+	scaled := b.op(tensor, name+"_scaled", fmt.Sprintf("mul(x = %s, y = %s)", x.name, is2))
+	erf := b.op(tensor, name+"_erf", fmt.Sprintf("erf(x = %s)", scaled))
+	erf1 := b.op(tensor, name+"_erf1", fmt.Sprintf("add(x = %s, y = %s)", erf, o))
+	hx := b.op(tensor, name+"_halfx", fmt.Sprintf("mul(x = %s, y = %s)", x.name, h))
+	b.op(tensor, name, fmt.Sprintf("mul(x = %s, y = %s)", hx, erf1))
+	return g.add(b, Value{name: name, channels: x.channels}, func(env map[string][]float32, p precision) []float32 {
 		xs := env[x.name]
 		out := make([]float32, len(xs))
 		for i, v := range xs {
-			out[i] = float32(f(float64(v)))
+			e := p.v(float32(math.Erf(float64(p.v(v * invSqrt2)))))
+			out[i] = p.v(p.v(v*half) * p.v(e+one))
 		}
-		return p.s(out)
-	}})
+		return out
+	})
 }
 
-// Slice keeps channels [from, to) of x.
+// SiLU is x * sigmoid(x) (jafreck/ironmill ane-op-support-matrix.md: silu verified on the
+// device; jundot/omlx qwen35_ane.mm fp16_swiglu_down_mil uses it).
+func (g *Graph) SiLU(name string, x Value) Value {
+	b := g.block()
+	b.op(g.tensor(x.channels), name, fmt.Sprintf("silu(x = %s)", x.name))
+	return g.add(b, Value{name: name, channels: x.channels}, func(env map[string][]float32, p precision) []float32 {
+		xs := env[x.name]
+		out := make([]float32, len(xs))
+		for i, v := range xs {
+			out[i] = float32(float64(v) / (1 + math.Exp(-float64(v))))
+		}
+		return p.s(out)
+	})
+}
+
+// Slice keeps channels [from, to) of x, with slice_by_size as maderix/ANE
+// training/stories_mil.h and maderix/h3.c-ane h3_ane_block.m slice theirs.
 func (g *Graph) Slice(name string, x Value, from, to int) Value {
-	name = g.name(name)
 	if from < 0 || to > x.channels || from >= to {
 		g.fail("%s: channels [%d, %d) of %d", name, from, to, x.channels)
 		return Value{name: name, channels: max(to-from, 1)}
 	}
-	lines := []string{
-		fmt.Sprintf(`tensor<int32, [4]> %s_begin = const()[name = string("%s_begin"), val = tensor<int32, [4]>([0, %d, 0, 0])];`, name, name, from),
-		fmt.Sprintf(`tensor<int32, [4]> %s_end = const()[name = string("%s_end"), val = tensor<int32, [4]>([1, %d, 1, %d])];`, name, name, to, g.seq),
-		fmt.Sprintf(`%s %s = slice_by_index(begin = %s_begin, end = %s_end, x = %s)[name = string("%s")];`, g.tensor(to-from), name, name, name, x.name, name),
-	}
+	b := g.block()
+	begin := b.ints(name+"_begin", 0, from, 0, 0)
+	size := b.ints(name+"_size", 1, to-from, 1, g.seq)
+	b.op(g.tensor(to-from), name, fmt.Sprintf("slice_by_size(begin = %s, size = %s, x = %s)", begin, size, x.name))
 	seq := g.seq
-	return g.add(op{lines: lines, out: Value{name: name, channels: to - from}, eval: func(env map[string][]float32, p precision) []float32 {
+	return g.add(b, Value{name: name, channels: to - from}, func(env map[string][]float32, p precision) []float32 {
 		return append([]float32(nil), env[x.name][from*seq:to*seq]...)
-	}})
+	})
 }
 
-// LayerNorm normalises each position over the channels: (x - mean) / sqrt(var + eps) * gamma
-// (+ beta, if given).
-func (g *Graph) LayerNorm(name string, x Value, gamma, beta []float32, eps float32) Value {
-	name = g.name(name)
-	c := x.channels
-	if len(gamma) != c || beta != nil && len(beta) != c {
-		g.fail("%s: gamma and beta must have %d values", name, c)
-		return Value{name: name, channels: c}
-	}
-	if beta == nil {
-		beta = make([]float32, c)
-	}
-	gline, gw := g.weightConst(name+"_gamma", fmt.Sprintf("[%d]", c), gamma)
-	bline, bw := g.weightConst(name+"_beta", fmt.Sprintf("[%d]", c), beta)
-	lines := []string{
-		fmt.Sprintf(`tensor<int32, [1]> %s_axes = const()[name = string("%s_axes"), val = tensor<int32, [1]>([1])];`, name, name),
-		fmt.Sprintf(`fp16 %s_epsilon = const()[name = string("%s_epsilon"), val = fp16(%s)];`, name, name, fp16Literal(eps)),
-		gline, bline,
-		fmt.Sprintf(`%s %s = layer_norm(axes = %s_axes, beta = %s_beta, epsilon = %s_epsilon, gamma = %s_gamma, x = %s)[name = string("%s")];`,
-			g.tensor(c), name, name, name, name, name, x.name, name),
-	}
-	seq, e := g.seq, float64(fp16(eps))
-	return g.add(op{lines: lines, out: Value{name: name, channels: c}, eval: func(env map[string][]float32, p precision) []float32 {
-		xs, out := env[x.name], make([]float32, c*seq)
-		for s := range seq {
-			var mean, sq float64
-			for i := range c {
-				mean += float64(xs[i*seq+s])
-			}
-			mean /= float64(c)
-			for i := range c {
-				d := float64(xs[i*seq+s]) - mean
-				sq += d * d
-			}
-			inv := 1 / math.Sqrt(sq/float64(c)+e)
-			for i := range c {
-				out[i*seq+s] = float32((float64(xs[i*seq+s])-mean)*inv)*gw[i] + bw[i]
-			}
-		}
-		return p.s(out)
-	}})
+// norm declares a norm's shared constants: the channel axis, keep_dims, its epsilon and the
+// -0.5 exponent.
+func (b *block) norm(name string, eps float32) (axes, keep, epsilon, nhalf string) {
+	return b.ints(name+"_axes", 1), b.boolean(name+"_keep", true), b.scalar(name+"_epsilon", DeviceEpsilon(eps)), b.scalar(name+"_nhalf", -0.5)
 }
 
-// RMSNorm normalises each position by its root mean square over the channels, times gamma.
-func (g *Graph) RMSNorm(name string, x Value, gamma []float32, eps float32) Value {
-	name = g.name(name)
+// LayerNorm normalises each position over the channels: (x - mean) / sqrt(var + eps) * gamma,
+// without a bias (the catalog's ModernBERT has none). It is composed from reduce_mean, sub,
+// mul, add and pow over the channel axis: jafreck/ironmill verifies layer_norm on the device
+// only over the last axis and without gamma (ane-op-support-matrix.md), while reduce_mean over
+// axis 1 and pow with a scalar exponent are verified, and the RMSNorm of maderix/ANE
+// training/stories_mil.h is built the same way.
+func (g *Graph) LayerNorm(name string, x Value, gamma []float32, eps float32) Value {
 	c := x.channels
 	if len(gamma) != c {
 		g.fail("%s: gamma must have %d values", name, c)
 		return Value{name: name, channels: c}
 	}
-	gline, gw := g.weightConst(name+"_gamma", fmt.Sprintf("[1, %d, 1, 1]", c), gamma)
-	mean := fmt.Sprintf("tensor<fp16, [1, 1, 1, %d]>", g.seq)
-	lines := []string{
-		fmt.Sprintf(`tensor<int32, [1]> %s_axes = const()[name = string("%s_axes"), val = tensor<int32, [1]>([1])];`, name, name),
-		fmt.Sprintf(`bool %s_keep = const()[name = string("%s_keep"), val = bool(true)];`, name, name),
-		fmt.Sprintf(`fp16 %s_epsilon = const()[name = string("%s_epsilon"), val = fp16(%s)];`, name, name, fp16Literal(eps)),
-		gline,
-		fmt.Sprintf(`%s %s_sq = mul(x = %s, y = %s)[name = string("%s_sq")];`, g.tensor(c), name, x.name, x.name, name),
-		fmt.Sprintf(`%s %s_mean = reduce_mean(axes = %s_axes, keep_dims = %s_keep, x = %s_sq)[name = string("%s_mean")];`, mean, name, name, name, name, name),
-		fmt.Sprintf(`%s %s_var = add(x = %s_mean, y = %s_epsilon)[name = string("%s_var")];`, mean, name, name, name, name),
-		fmt.Sprintf(`%s %s_inv = rsqrt(x = %s_var)[name = string("%s_inv")];`, mean, name, name, name),
-		fmt.Sprintf(`%s %s_norm = mul(x = %s, y = %s_inv)[name = string("%s_norm")];`, g.tensor(c), name, x.name, name, name),
-		fmt.Sprintf(`%s %s = mul(x = %s_norm, y = %s_gamma)[name = string("%s")];`, g.tensor(c), name, name, name, name),
+	b := g.block()
+	axes, keep, epsilon, nhalf := b.norm(name, eps)
+	gname, gref := b.weight(name+"_gamma", [4]int{1, c, 1, 1}, gamma)
+	full, row := g.tensor(c), g.tensor(1)
+	mean := b.op(row, name+"_mean", fmt.Sprintf("reduce_mean(axes = %s, keep_dims = %s, x = %s)", axes, keep, x.name))
+	centered := b.op(full, name+"_centered", fmt.Sprintf("sub(x = %s, y = %s)", x.name, mean))
+	sq := b.op(full, name+"_sq", fmt.Sprintf("mul(x = %s, y = %s)", centered, centered))
+	variance := b.op(row, name+"_var", fmt.Sprintf("reduce_mean(axes = %s, keep_dims = %s, x = %s)", axes, keep, sq))
+	ve := b.op(row, name+"_vareps", fmt.Sprintf("add(x = %s, y = %s)", variance, epsilon))
+	inv := b.op(row, name+"_inv", fmt.Sprintf("pow(x = %s, y = %s)", ve, nhalf))
+	normed := b.op(full, name+"_norm", fmt.Sprintf("mul(x = %s, y = %s)", centered, inv))
+	b.op(full, name, fmt.Sprintf("mul(x = %s, y = %s)", normed, gname))
+	seq, e := g.seq, DeviceEpsilon(eps)
+	return g.add(b, Value{name: name, channels: c}, func(env map[string][]float32, p precision) []float32 {
+		xs, out, gw := env[x.name], make([]float32, c*seq), gref.values()
+		d := make([]float32, c)
+		for s := range seq {
+			var sum float64
+			for i := range c {
+				sum += float64(xs[i*seq+s])
+			}
+			m := p.v(float32(sum / float64(c)))
+			var sq float64
+			for i := range c {
+				d[i] = p.v(xs[i*seq+s] - m)
+				sq += float64(p.v(d[i] * d[i]))
+			}
+			v := p.v(float32(sq / float64(c)))
+			inv := p.v(float32(math.Pow(float64(p.v(v+e)), -0.5)))
+			for i := range c {
+				out[i*seq+s] = p.v(p.v(d[i]*inv) * gw[i])
+			}
+		}
+		return out
+	})
+}
+
+// RMSNorm normalises each position by its root mean square over the channels, times gamma:
+// x * pow(mean(x²) + eps, -0.5) * gamma, the form of maderix/ANE training/stories_mil.h,
+// maderix/h3.c-ane h3_ane_block.m emit_rms_norm and jafreck/ironmill's verified RMSNorm
+// pattern. Not rsqrt: without an epsilon argument the compiler is reported to reject it
+// silently (jafreck/ironmill ane-op-support-matrix.md, "The epsilon discovery").
+func (g *Graph) RMSNorm(name string, x Value, gamma []float32, eps float32) Value {
+	c := x.channels
+	if len(gamma) != c {
+		g.fail("%s: gamma must have %d values", name, c)
+		return Value{name: name, channels: c}
 	}
-	seq, e := g.seq, fp16(eps)
-	return g.add(op{lines: lines, out: Value{name: name, channels: c}, eval: func(env map[string][]float32, p precision) []float32 {
-		xs, out := env[x.name], make([]float32, c*seq)
-		sq := make([]float32, c)
+	b := g.block()
+	axes, keep, epsilon, nhalf := b.norm(name, eps)
+	gname, gref := b.weight(name+"_gamma", [4]int{1, c, 1, 1}, gamma)
+	full, row := g.tensor(c), g.tensor(1)
+	sq := b.op(full, name+"_sq", fmt.Sprintf("mul(x = %s, y = %s)", x.name, x.name))
+	mean := b.op(row, name+"_mean", fmt.Sprintf("reduce_mean(axes = %s, keep_dims = %s, x = %s)", axes, keep, sq))
+	ve := b.op(row, name+"_var", fmt.Sprintf("add(x = %s, y = %s)", mean, epsilon))
+	inv := b.op(row, name+"_inv", fmt.Sprintf("pow(x = %s, y = %s)", ve, nhalf))
+	normed := b.op(full, name+"_norm", fmt.Sprintf("mul(x = %s, y = %s)", x.name, inv))
+	b.op(full, name, fmt.Sprintf("mul(x = %s, y = %s)", normed, gname))
+	seq, e := g.seq, DeviceEpsilon(eps)
+	return g.add(b, Value{name: name, channels: c}, func(env map[string][]float32, p precision) []float32 {
+		xs, out, gw := env[x.name], make([]float32, c*seq), gref.values()
+		col := make([]float32, c)
 		for s := range seq {
 			for i := range c {
-				sq[i] = xs[i*seq+s]
+				col[i] = xs[i*seq+s]
 			}
-			inv := p.rmsInv(sq, e)
+			inv := p.rmsInv(col, e)
 			for i := range c {
 				out[i*seq+s] = p.v(p.v(xs[i*seq+s]*inv) * gw[i])
 			}
 		}
 		return out
-	}})
+	})
 }
 
-// Program emits the graph's program, returning out.
+// Program emits the graph's program, returning out. Every program passes Validate before it
+// is returned, so nothing the device is known to refuse is ever written or compiled.
 func (g *Graph) Program(out Value) (Program, error) {
 	if g.err != nil {
 		return Program{}, g.err
 	}
-	var b strings.Builder
-	b.WriteString("program(1.3)\n{\n")
+	p := Program{Inputs: []Port{{Name: g.in.name, Channels: g.in.channels, Seq: g.seq}}, Output: Port{Name: out.name, Channels: out.channels, Seq: g.seq}}
 	if g.masked {
-		fmt.Fprintf(&b, "    func main<ios18>(%s x, tensor<fp16, [1, 1, 1, %d]> mask) {\n", g.tensor(g.in.channels), g.seq)
-	} else {
-		fmt.Fprintf(&b, "    func main<ios18>(%s x) {\n", g.tensor(g.in.channels))
+		p.Inputs = append(p.Inputs, Port{Name: "mask", Channels: 1, Seq: g.seq})
 	}
+	// The device binds a program's inputs in the order of their names (jafreck/ironmill
+	// crates/ironmill-compile/src/ane/passes/ane_variable_naming.rs), so they are declared
+	// in that order; the binding matches them by name all the same.
+	slices.SortFunc(p.Inputs, func(a, b Port) int { return strings.Compare(a.Name, b.Name) })
+	params := make([]string, len(p.Inputs))
+	for i, in := range p.Inputs {
+		params[i] = t4(1, in.Channels, 1, in.Seq) + " " + in.Name
+	}
+	var b strings.Builder
+	b.WriteString("program(1.3)\n" + buildInfo + "\n{\n")
+	fmt.Fprintf(&b, "    func main<ios18>(%s) {\n", strings.Join(params, ", "))
 	for _, o := range g.ops {
 		for _, l := range o.lines {
 			b.WriteString("        " + l + "\n")
 		}
 	}
 	fmt.Fprintf(&b, "    } -> (%s);\n}\n", out.name)
-	return Program{Text: b.String(), Weights: g.blob.Bytes()}, nil
+	p.Text, p.Weights = b.String(), g.blob.Bytes()
+	if err := Validate(p); err != nil {
+		return Program{}, fmt.Errorf("the emitted program would not run on the Neural Engine: %w", err)
+	}
+	return p, nil
 }
 
 // Eval is the CPU reference: the graph evaluated on x ([Channels * Seq], channel-major), in
@@ -375,6 +491,21 @@ func (g *Graph) eval(x, mask []float32, out Value, p precision) ([]float32, erro
 
 func fp16(v float32) float32 { return float16.Fromfloat32(v).Float32() }
 
+// MinNormalFP16 is the smallest normal fp16 value, 2^-14.
+const MinNormalFP16 = 1.0 / 16384
+
+// DeviceEpsilon is the epsilon a norm's program carries for a model's eps: eps in fp16, or the
+// smallest normal fp16 value when eps is smaller. Both catalog models' epsilons (1e-5, 1e-6)
+// are fp16 subnormals, which the device is reported to flush to zero; a zero epsilon turns
+// an all-zero position (a padded one) into pow(0, -0.5) = inf and then 0 * inf = NaN, which
+// the attention spreads to every position. The CPU reference uses the same value.
+func DeviceEpsilon(eps float32) float32 {
+	if e := fp16(eps); e >= MinNormalFP16 {
+		return e
+	}
+	return MinNormalFP16
+}
+
 // precision is how an evaluation holds activations: rounded to fp16 after every operation, as
 // the device does, or (exact) kept in float32.
 type precision struct{ exact bool }
@@ -386,16 +517,16 @@ func (p precision) v(x float32) float32 {
 	return fp16(x)
 }
 
-// rmsInv is 1/sqrt(mean(x^2) + eps) as the five MIL steps compute it: each square, the mean,
-// the sum and the root rounded in turn, so a square fp16 cannot hold overflows here as it does
-// on the device (the mean is accumulated wider, as the device's reduction is).
+// rmsInv is pow(mean(x^2) + eps, -0.5) as the MIL steps compute it: each square, the mean,
+// the sum and the power rounded in turn, so a square fp16 cannot hold overflows here as it
+// does on the device (the mean is accumulated wider, as the device's reduction is).
 func (p precision) rmsInv(x []float32, eps float32) float32 {
 	var sum float64
 	for _, v := range x {
 		sum += float64(p.v(v * v))
 	}
 	mean := p.v(float32(sum / float64(len(x))))
-	return p.v(float32(1 / math.Sqrt(float64(p.v(mean+eps)))))
+	return p.v(float32(math.Pow(float64(p.v(mean+eps)), -0.5)))
 }
 
 func (p precision) s(x []float32) []float32 {
@@ -413,10 +544,12 @@ func fp16s(v []float32) []float32 {
 	return out
 }
 
-// fp16Literal writes an fp16 constant exactly as the device will hold it (the shortest text
-// that reads back as that value).
+// fp16Literal writes an fp16 constant exactly as the device will hold it, in plain decimal
+// (the shortest text that reads back as that value): the references write their literals as
+// printf's %f does (maderix/ANE training/stories_mil.h, maderix/h3.c-ane h3_ane_block.m) and
+// none uses exponent notation, so neither do we.
 func fp16Literal(v float32) string {
-	return strconv.FormatFloat(float64(fp16(v)), 'g', -1, 32)
+	return strconv.FormatFloat(float64(fp16(v)), 'f', -1, 64)
 }
 
 // parallel runs f(0..n-1) over the machine's cores; each index is done by one goroutine, so a

@@ -53,11 +53,11 @@ func randomMLP(c, h int, seed uint64, geglu bool) mlpWeights {
 // encoderMLP is a ModernBERT-style block: LayerNorm, a GeGLU of width h, the residual.
 func encoderMLP(w mlpWeights, seq int) (*Graph, Value) {
 	g, x := NewGraph(w.c, seq)
-	n := g.LayerNorm("mlp_norm", x, w.norm, nil, 1e-5)
+	n := g.LayerNorm("mlp_norm", x, w.norm, 1e-5)
 	up := g.Linear("mlp_wi", n, 2*w.h, w.up)
 	a := g.Slice("mlp_input", up, 0, w.h)
 	b := g.Slice("mlp_gate", up, w.h, 2*w.h)
-	act := g.Mul("mlp_act", g.GELU("mlp_gelu", a), b)
+	act := g.Mul("mlp_act", g.GELUExact("mlp_gelu", a), b)
 	return g, g.Add("y", x, g.Linear("mlp_wo", act, w.c, w.out))
 }
 
@@ -99,7 +99,7 @@ func refEncoder(w mlpWeights, x []float64) []float64 {
 	act := make([]float64, w.h)
 	for i := range act {
 		a := up[i]
-		act[i] = 0.5 * a * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(a+0.044715*a*a*a))) * up[w.h+i]
+		act[i] = 0.5 * a * (1 + math.Erf(a/math.Sqrt2)) * up[w.h+i]
 	}
 	out := matvec(w.out, w.c, w.h, act)
 	for i := range out {

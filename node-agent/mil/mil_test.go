@@ -20,8 +20,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -56,6 +58,9 @@ func TestABlobHasItsHeaderAlignedRecordsAndFP16Data(t *testing.T) {
 		if got := binary.LittleEndian.Uint16(data[128+2*i:]); got != w {
 			t.Errorf("value %d: fp16 %#04x, want %#04x", i, got, w)
 		}
+	}
+	if held, want := b.FP16(first, 6), []float32{1, -2, 0.5, 65504, float32(math.Inf(1)), 0.0999755859375}; !slices.Equal(held, want) {
+		t.Errorf("the values as fp16 holds them: %v, want %v", held, want)
 	}
 	if u64(second+16) != 256 || u64(second+8) != 2 {
 		t.Fatalf("second record: size %d, data at %d", u64(second+8), u64(second+16))

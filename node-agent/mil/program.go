@@ -22,10 +22,35 @@ import (
 	"fmt"
 )
 
-// Program is one compilable unit: its MIL text and its weights file.
+// Program is one compilable unit: its MIL text and its weights file, with the names and
+// shapes of its inputs and output (the text declares them too; they are here so a binding
+// can match the device's symbols by name without parsing the text).
 type Program struct {
 	Text    string
 	Weights []byte
+	// Inputs are the function's inputs in the order the text declares them, which is
+	// ascending name order (see Validate).
+	Inputs []Port
+	Output Port
+}
+
+// Port is one input or output of a program: a [1, Channels, 1, Seq] fp16 tensor.
+type Port struct {
+	Name          string
+	Channels, Seq int
+}
+
+// Values is how many fp16 values the port holds.
+func (p Port) Values() int { return p.Channels * p.Seq }
+
+// Input returns the input named name.
+func (p Program) Input(name string) (Port, bool) {
+	for _, in := range p.Inputs {
+		if in.Name == name {
+			return in, true
+		}
+	}
+	return Port{}, false
 }
 
 // Digest identifies the program's sources on our side: equal programs, equal digests. (aned

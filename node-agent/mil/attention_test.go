@@ -1,0 +1,129 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package mil
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+// TestTheStructuralMaskComputedInFP16IsExactAtEveryLength checks the fp16 steps band emits
+// against the integer rule at the largest rung: the causal and the 128-wide local masks come
+// out exactly, where one fp16 ramp of positions does not past 2048.
+func TestTheStructuralMaskComputedInFP16IsExactAtEveryLength(t *testing.T) {
+	const seq, halfWindow = 8192, 64
+	naiveWrong := 0
+	// Every key for a spread of queries, the rows either side of each power of two included.
+	for t0 := 0; t0 < seq; t0 += 61 {
+		for _, q := range []int{t0, min(t0+1, seq-1)} {
+			for k := range seq {
+				d := bandDistance(q, k)
+				if (d > 0) != (k > q) {
+					t.Fatalf("causal: query %d, key %d: fp16 distance %v", q, k, d)
+				}
+				if (float32(math.Abs(float64(d))) > halfWindow) != (abs(k-q) > halfWindow) {
+					t.Fatalf("local: query %d, key %d: fp16 distance %v", q, k, d)
+				}
+				if fp16(fp16(float32(k))-fp16(float32(q))) > 0 != (k > q) {
+					naiveWrong++
+				}
+			}
+		}
+	}
+	if naiveWrong == 0 {
+		t.Fatal("a single fp16 ramp came out exact too: the test does not reach the lengths fp16 cannot count to")
+	}
+}
+
+func TestTheMaskAddsExactlyWhereTheRuleHidesAKey(t *testing.T) {
+	// A graph whose only work is the attention of a constant query over keys that differ, so
+	// each output position reads which keys it saw.
+	const seq, d = 128, 2
+	for _, a := range []Attention{{Heads: 1, KVHeads: 1, HeadDim: d, Causal: true}, {Heads: 1, KVHeads: 1, HeadDim: d, Window: 8}} {
+		g, x := NewGraph(3*d, seq)
+		mask := g.Mask()
+		y := g.Attention("attn", g.Slice("q", x, 0, d), g.Slice("k", x, d, 2*d), g.Slice("v", x, 2*d, 3*d), mask, a)
+		in := make([]float32, 3*d*seq)
+		for s := range seq {
+			in[2*d*seq+s] = float32(s) // v, channel 0: the key's position
+		}
+		out, err := g.EvalMasked(in, make([]float32, seq), y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for q := range seq {
+			lo, hi := 0, q
+			if !a.Causal {
+				lo, hi = max(0, q-a.Window/2), min(seq-1, q+a.Window/2)
+			}
+			// Equal scores: the output is the mean position of the keys the query sees.
+			want := float64(lo+hi) / 2
+			if got := float64(out[q]); math.Abs(got-want) > 0.02*want+0.05 {
+				t.Fatalf("%+v: query %d averaged keys to %v, want %v", a, q, got, want)
+			}
+		}
+	}
+}
+
+func TestLiteralsAreWrittenAsTheDeviceHoldsThemInPlainDecimal(t *testing.T) {
+	for _, tc := range []struct {
+		v    float32
+		want string
+	}{
+		{1e-5, "0.000010013580322265625"}, {-1e4, "-10000"}, {0.125, "0.125"}, {-0.5, "-0.5"}, {1 / math.Sqrt2, "0.70703125"}, {64, "64"},
+	} {
+		if got := fp16Literal(tc.v); got != tc.want || strings.ContainsAny(got, "eE") {
+			t.Errorf("fp16Literal(%v) = %s, want %s", tc.v, got, tc.want)
+		}
+	}
+	// Both catalog models' epsilons are fp16 subnormals: the programs carry the smallest normal.
+	for _, eps := range []float32{1e-5, 1e-6, 1e-12} {
+		if got := DeviceEpsilon(eps); got != MinNormalFP16 {
+			t.Errorf("DeviceEpsilon(%v) = %v, want %v", eps, got, MinNormalFP16)
+		}
+	}
+	if got := DeviceEpsilon(1e-3); got != fp16(1e-3) {
+		t.Errorf("a normal epsilon is changed: %v", got)
+	}
+}
+
+// TestAPaddedPositionStaysFiniteThroughANorm: a position of zeros (padding) through RMSNorm
+// gives zeros, not NaN, because the epsilon the program carries is not flushed to zero.
+func TestAPaddedPositionStaysFiniteThroughANorm(t *testing.T) {
+	const c, seq = 8, 64
+	g, x := NewGraph(c, seq)
+	gamma := []float32{1, 1, 1, 1, 1, 1, 1, 1}
+	y := g.LayerNorm("ln", g.RMSNorm("rms", x, gamma, 1e-6), gamma, 1e-5)
+	in := make([]float32, c*seq)
+	for i := range c {
+		in[i*seq] = float32(i) // position 0 real, the rest zero
+	}
+	out, err := g.Eval(in, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range out {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatalf("value %d is %v", i, v)
+		}
+	}
+	// What a flushed epsilon would do to the padded positions: pow(0 + 0, -0.5) * 0.
+	if v := float32(math.Pow(0, -0.5)) * 0; !math.IsNaN(float64(v)) {
+		t.Fatalf("0 * pow(0, -0.5) = %v; the hazard this guards against is gone", v)
+	}
+}
