@@ -90,16 +90,28 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ev, err := m.NewEvaluator([]int{len(x), len(mask)}, len(want))
+	attrs, err := m.Attributes()
+	if err != nil {
+		return err
+	}
+	b, err := attrs.Bind(p)
+	if err != nil {
+		return err
+	}
+	ev, err := m.NewEvaluator(b)
 	if err != nil {
 		return err
 	}
 	defer ev.Close()
+	var inputs [][]float32
+	for _, in := range b.Inputs {
+		inputs = append(inputs, map[string][]float32{"x": x, "mask": mask}[in.Port.Name])
+	}
 	got := make([]float32, len(want))
 	device, cpu := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
 	for range 5 {
 		start := time.Now()
-		if err := ev.Eval([][]float32{x, mask}, got); err != nil {
+		if err := ev.Eval(inputs, got); err != nil {
 			return err
 		}
 		device = min(device, time.Since(start))

@@ -65,6 +65,26 @@ var required = []method{
 	{"_ANEInMemoryModel", "loadWithQoS:options:error:", true},
 	{"_ANEInMemoryModel", "evaluateWithQoS:options:request:error:", true},
 	{"_ANEInMemoryModel", "unloadWithQoS:error:", true},
+	// The loaded program's input and output symbols, which the binding binds by name
+	// (tmc/apple private/appleneuralengine ane_in_memory_model.gen.go; jafreck/ironmill
+	// crates/ironmill-ane-sys/src/model.rs model_attributes).
+	{"_ANEInMemoryModel", "modelAttributes", true},
 	{"_ANERequest", "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:", false},
 	{"_ANEIOSurfaceObject", "objectWithIOSurface:", false},
+}
+
+// setModelURL is used when the framework has it, and not required: without it the model
+// compiles from its default folder, which is where the sources are written anyway.
+var setModelURL = method{"_ANEInMemoryModel", "setModelURL:", true}
+
+// DeviceInfo is what the framework says about the machine's Neural Engine
+// (+[_ANEDeviceInfo ...], tmc/apple private/appleneuralengine ane_device_info.gen.go); a
+// field the framework does not answer stays empty.
+type DeviceInfo struct {
+	HasANE         *bool  `json:"hasANE,omitempty"`
+	VirtualMachine *bool  `json:"virtualMachine,omitempty"`
+	Architecture   string `json:"architecture,omitempty"`
+	Product        string `json:"product,omitempty"`
+	Build          string `json:"build,omitempty"`
+	Cores          int    `json:"cores,omitempty"`
 }

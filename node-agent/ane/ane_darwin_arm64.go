@@ -35,12 +35,20 @@ var frameworks = []string{
 // Runtime is the loaded private framework with every class and selector it needs probed.
 type Runtime struct {
 	classes map[string]objc.Class
+	sources Sources
+	// setsURL: the model can be pointed at its sources' folder (-setModelURL:, which
+	// jundot/omlx qwen35_ane.mm calls; tmc/apple private/appleneuralengine lists it). Without
+	// it the framework's default, the same folder, is relied on.
+	setsURL bool
 }
 
 var (
 	openOnce sync.Once
 	opened   *Runtime
 	openErr  error
+
+	// nsTemporaryDirectory is Foundation's NSTemporaryDirectory(), returning an NSString.
+	nsTemporaryDirectory func() objc.ID
 )
 
 // Open loads the frameworks and checks, with respondsToSelector: and
@@ -55,19 +63,23 @@ func open() (*Runtime, error) {
 	if err := loadPoolFuncs(); err != nil {
 		return nil, err
 	}
+	handles := map[string]uintptr{}
 	for _, path := range frameworks {
-		if _, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL); err != nil {
+		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err != nil {
 			return nil, fmt.Errorf("%w: loading %s: %v", ErrUnsupported, path, err)
 		}
+		handles[path] = h
 	}
+	purego.RegisterLibFunc(&nsTemporaryDirectory, handles[frameworks[0]], "NSTemporaryDirectory")
 	r := &Runtime{classes: map[string]objc.Class{}}
 	responds := objc.RegisterName("respondsToSelector:")
 	instancesRespond := objc.RegisterName("instancesRespondToSelector:")
-	for _, m := range required {
+	has := func(m method) (bool, error) {
 		cls, ok := r.classes[m.class]
 		if !ok {
 			if cls = objc.GetClass(m.class); cls == 0 {
-				return nil, &MissingError{Class: m.class}
+				return false, &MissingError{Class: m.class}
 			}
 			r.classes[m.class] = cls
 		}
@@ -75,9 +87,33 @@ func open() (*Runtime, error) {
 		if m.instance {
 			probe = instancesRespond
 		}
-		if !objc.Send[bool](objc.ID(cls), probe, objc.RegisterName(m.selector)) {
+		return objc.Send[bool](objc.ID(cls), probe, objc.RegisterName(m.selector)), nil
+	}
+	for _, m := range required {
+		ok, err := has(m)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
 			return nil, &MissingError{Class: m.class, Selector: m.selector, Instance: m.instance}
 		}
 	}
+	var err error
+	if r.setsURL, err = has(setModelURL); err != nil {
+		return nil, err
+	}
+	err = onThread(func() error {
+		r.sources.Root = goString(nsTemporaryDirectory())
+		return nil
+	})
+	if err != nil || r.sources.Root == "" {
+		return nil, fmt.Errorf("%w: Foundation gave no temporary folder (%v)", ErrUnsupported, err)
+	}
 	return r, nil
 }
+
+// Sources is where the compiler reads programs' sources: NSTemporaryDirectory().
+func (r *Runtime) Sources() Sources { return r.sources }
+
+// SetsModelURL reports whether models are pointed at their sources' folder explicitly.
+func (r *Runtime) SetsModelURL() bool { return r.setsURL }

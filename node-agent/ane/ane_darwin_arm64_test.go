@@ -18,6 +18,9 @@ package ane
 
 import (
 	"errors"
+	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
@@ -92,5 +95,104 @@ func TestALinearLayerCompilesLoadsAndIsCachedTheSecondTime(t *testing.T) {
 	}
 	if cached, err := again.Cached(); err != nil || !cached {
 		t.Fatalf("aned does not hold the compiled program: %v, %v", cached, err)
+	}
+}
+
+// TestTheCompilersFolderIsFoundationsNotTMPDIR runs on a Mac: the sources go to
+// NSTemporaryDirectory(), the per-user folder, even when TMPDIR is unset (as it is for a
+// launchd job), where Go's os.TempDir() would say /tmp.
+func TestTheCompilersFolderIsFoundationsNotTMPDIR(t *testing.T) {
+	r, err := Open()
+	if err != nil {
+		t.Skipf("no usable Neural Engine: %v", err)
+	}
+	root := r.Sources().Root
+	if root == "" || filepath.Clean(root) == "/tmp" || filepath.Clean(root) == "/private/tmp" {
+		t.Fatalf("the compiler's folder is %q", root)
+	}
+	if st, err := os.Stat(root); err != nil || !st.IsDir() {
+		t.Fatalf("%s: %v", root, err)
+	}
+	if free, err := r.Sources().Free(); err != nil || free <= 0 {
+		t.Fatalf("free space of %s: %d, %v", root, free, err)
+	}
+	t.Logf("NSTemporaryDirectory() = %s (TMPDIR=%q, os.TempDir() = %s); model URL set: %t", root, os.Getenv("TMPDIR"), os.TempDir(), r.SetsModelURL())
+}
+
+// TestATwoInputProgramEvaluatesThroughTheSymbolsItsAttributesName runs on a Mac: a program
+// taking x and the key mask is bound by the names the framework reports and matches its CPU
+// reference.
+func TestATwoInputProgramEvaluatesThroughTheSymbolsItsAttributesName(t *testing.T) {
+	r, err := Open()
+	if err != nil {
+		t.Skipf("no usable Neural Engine: %v", err)
+	}
+	const c, seq = 64, 64
+	g, x := mil.NewGraph(3*c, seq)
+	mask := g.Mask()
+	att := g.Attention("attn", g.Slice("q", x, 0, c), g.Slice("k", x, c, 2*c), g.Slice("v", x, 2*c, 3*c), mask, mil.Attention{Heads: 2, KVHeads: 2, HeadDim: c / 2})
+	// The program does not end in a reshape (which the device is reported not to take as a
+	// program's last step, jafreck/ironmill ane-op-support-matrix.md).
+	y := g.Add("y", att, att)
+	p, err := g.Program(y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.NewModel(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if cached, err := m.Cached(); err != nil {
+		t.Fatal(err)
+	} else if !cached {
+		if err := m.Compile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Load(); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unload()
+	attrs, err := m.Attributes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("attributes: %+v", attrs)
+	b, err := attrs.Bind(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := m.NewEvaluator(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+	in := make([]float32, 3*c*seq)
+	for i := range in {
+		in[i] = float32(i%13-6) / 8
+	}
+	keyMask := make([]float32, seq)
+	for s := seq / 2; s < seq; s++ {
+		keyMask[s] = mil.MaskNegative
+	}
+	want, err := g.EvalMasked(in, keyMask, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inputs [][]float32
+	for _, bound := range b.Inputs {
+		inputs = append(inputs, map[string][]float32{"x": in, "mask": keyMask}[bound.Port.Name])
+	}
+	got := make([]float32, len(want))
+	if err := ev.Eval(inputs, got); err != nil {
+		t.Fatal(err)
+	}
+	var worst float64
+	for i := range got {
+		worst = max(worst, math.Abs(float64(got[i]-want[i])))
+	}
+	if worst > 0.05 {
+		t.Fatalf("the device differs from the CPU reference by %.4f", worst)
 	}
 }

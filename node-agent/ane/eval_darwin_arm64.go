@@ -17,14 +17,12 @@ limitations under the License.
 package ane
 
 import (
-	"encoding/binary"
 	"fmt"
 	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
 	"github.com/ebitengine/purego/objc"
-	"github.com/x448/float16"
 )
 
 // The IOSurface and CoreFoundation functions and property keys evaluation needs, bound once.
@@ -83,69 +81,61 @@ func bindIOSurface() error {
 	return ioErr
 }
 
-// surface is one IOSurface-backed fp16 tensor and the framework's object wrapping it.
+// surface is one IOSurface-backed tensor and the framework's object wrapping it.
 type surface struct {
-	ref   uintptr
-	obj   objc.ID // retained
-	bytes int
+	ref    uintptr
+	obj    objc.ID // retained
+	bytes  int
+	layout Layout
 }
 
-func newSurface(r *Runtime, bytes int) (*surface, error) {
-	alloc := (bytes + 16383) &^ 16383 // whole 16 KiB pages
-	num := func(v int) objc.ID {
-		return objc.ID(objc.GetClass("NSNumber")).Send(selector("numberWithUnsignedLongLong:"), uint64(v))
+// newSurface makes a surface of alloc bytes: width and bytes per row are the allocation,
+// height and bytes per element 1, pixel format 0, as maderix/ANE training/ane_runtime.h,
+// maderix/h3.c-ane h3_ane_bridge.m and jundot/omlx qwen35_ane.mm make theirs.
+func newSurface(r *Runtime, alloc int, l Layout) (*surface, error) {
+	if l.Bytes() > alloc {
+		return nil, fmt.Errorf("a %d-byte tensor in a %d-byte surface", l.Bytes(), alloc)
 	}
-	props := nsDictionary(map[objc.ID]objc.ID{
-		ioFuncs.keys["kIOSurfaceWidth"]:           num(bytes),
-		ioFuncs.keys["kIOSurfaceHeight"]:          num(1),
-		ioFuncs.keys["kIOSurfaceBytesPerElement"]: num(1),
-		ioFuncs.keys["kIOSurfaceBytesPerRow"]:     num(bytes),
-		ioFuncs.keys["kIOSurfaceAllocSize"]:       num(alloc),
-		ioFuncs.keys["kIOSurfacePixelFormat"]:     num(0),
-	})
+	num := func(v int) objc.ID { return nsNumber(uint64(v)) }
+	props := objc.ID(objc.GetClass("NSMutableDictionary")).Send(selector("dictionary"))
+	for _, kv := range []struct {
+		key string
+		val int
+	}{{"kIOSurfaceWidth", alloc}, {"kIOSurfaceHeight", 1}, {"kIOSurfaceBytesPerElement", 1}, {"kIOSurfaceBytesPerRow", alloc},
+		{"kIOSurfaceAllocSize", alloc}, {"kIOSurfacePixelFormat", 0}} {
+		props.Send(selector("setObject:forKey:"), num(kv.val), ioFuncs.keys[kv.key])
+	}
 	ref := ioFuncs.create(props)
 	if ref == 0 {
-		return nil, &CallError{Call: "surface", Detail: fmt.Sprintf("IOSurfaceCreate refused %d bytes", bytes)}
+		return nil, &CallError{Call: "surface", Detail: fmt.Sprintf("IOSurfaceCreate refused %d bytes", alloc)}
 	}
 	obj := objc.ID(r.classes["_ANEIOSurfaceObject"]).Send(selector("objectWithIOSurface:"), ref)
 	if obj == 0 {
 		ioFuncs.release(ref)
 		return nil, &CallError{Call: "surface", Detail: "the framework did not wrap the IOSurface"}
 	}
-	return &surface{ref: ref, obj: obj.Send(selector("retain")), bytes: bytes}, nil
+	return &surface{ref: ref, obj: obj.Send(selector("retain")), bytes: alloc, layout: l}, nil
 }
 
-// write stores values as fp16.
+// write stores values as fp16 at the surface's layout.
 func (s *surface) write(values []float32) error {
-	if 2*len(values) != s.bytes {
-		return fmt.Errorf("%d values for a surface of %d bytes", len(values), s.bytes)
-	}
 	if rc := ioFuncs.lock(s.ref, 0, nil); rc != 0 {
 		return &CallError{Call: "surface", Detail: fmt.Sprintf("IOSurfaceLock returned %d", rc)}
 	}
 	defer ioFuncs.unlock(s.ref, 0, nil)
 	buf := unsafe.Slice((*byte)(ioFuncs.baseAddress(s.ref)), s.bytes)
-	for i, v := range values {
-		binary.LittleEndian.PutUint16(buf[2*i:], float16.Fromfloat32(v).Bits())
-	}
-	return nil
+	return s.layout.Pack(buf, values)
 }
 
-// read loads fp16 values.
+// read loads fp16 values from the surface's layout.
 func (s *surface) read(values []float32) error {
-	if 2*len(values) != s.bytes {
-		return fmt.Errorf("%d values for a surface of %d bytes", len(values), s.bytes)
-	}
 	const readOnly = 1 // kIOSurfaceLockReadOnly
 	if rc := ioFuncs.lock(s.ref, readOnly, nil); rc != 0 {
 		return &CallError{Call: "surface", Detail: fmt.Sprintf("IOSurfaceLock returned %d", rc)}
 	}
 	defer ioFuncs.unlock(s.ref, readOnly, nil)
 	buf := unsafe.Slice((*byte)(ioFuncs.baseAddress(s.ref)), s.bytes)
-	for i := range values {
-		values[i] = float16.Frombits(binary.LittleEndian.Uint16(buf[2*i:])).Float32()
-	}
-	return nil
+	return s.layout.Unpack(buf, values)
 }
 
 func (s *surface) close() {
@@ -153,8 +143,9 @@ func (s *surface) close() {
 	ioFuncs.release(s.ref)
 }
 
-// Evaluator runs one loaded model on IOSurface-backed fp16 tensors. Its surfaces and request
-// are made once; each Eval copies the inputs in, evaluates and copies the output out.
+// Evaluator runs one loaded model on IOSurface-backed fp16 tensors, bound as a Binding says.
+// Its surfaces and request are made once; each Eval copies the inputs in, evaluates and copies
+// the output out.
 type Evaluator struct {
 	m       *Model
 	ins     []*surface
@@ -164,22 +155,27 @@ type Evaluator struct {
 	opts    objc.ID // retained
 }
 
-// NewEvaluator prepares evaluation of a loaded model whose inputs (in the program's order)
-// hold inputs[i] fp16 values and whose output holds output values.
-func (m *Model) NewEvaluator(inputs []int, output int) (*Evaluator, error) {
+// NewEvaluator prepares evaluation of a loaded model: one surface per input symbol of b, in
+// b's order, bound to that symbol's index, and one for the output.
+func (m *Model) NewEvaluator(b Binding) (*Evaluator, error) {
 	if err := bindIOSurface(); err != nil {
 		return nil, err
 	}
 	e := &Evaluator{m: m, sel: selector("evaluateWithQoS:options:request:error:")}
+	var layouts []Layout
+	for _, in := range b.Inputs {
+		layouts = append(layouts, in.Symbol.Layout)
+	}
+	inAlloc, outAlloc := SurfaceBytes(layouts), SurfaceBytes([]Layout{b.Output.Symbol.Layout})
 	err := onThread(func() error {
-		for _, n := range inputs {
-			s, err := newSurface(m.r, 2*n)
+		for _, in := range b.Inputs {
+			s, err := newSurface(m.r, inAlloc, in.Symbol.Layout)
 			if err != nil {
 				return err
 			}
 			e.ins = append(e.ins, s)
 		}
-		out, err := newSurface(m.r, 2*output)
+		out, err := newSurface(m.r, outAlloc, b.Output.Symbol.Layout)
 		if err != nil {
 			return err
 		}
@@ -196,11 +192,11 @@ func (m *Model) NewEvaluator(inputs []int, output int) (*Evaluator, error) {
 		}
 		var inObjs, inIdx []objc.ID
 		for i, s := range e.ins {
-			inObjs, inIdx = append(inObjs, s.obj), append(inIdx, index(i))
+			inObjs, inIdx = append(inObjs, s.obj), append(inIdx, index(b.Inputs[i].Symbol.Index))
 		}
 		req := objc.ID(m.r.classes["_ANERequest"]).Send(
 			selector("requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:"),
-			array(inObjs...), array(inIdx...), array(e.out.obj), array(index(0)), objc.ID(0), objc.ID(0), index(0))
+			array(inObjs...), array(inIdx...), array(e.out.obj), array(index(b.Output.Symbol.Index)), objc.ID(0), objc.ID(0), index(0))
 		if req == 0 {
 			return &CallError{Call: "request", Detail: "the framework returned no request"}
 		}
@@ -215,7 +211,7 @@ func (m *Model) NewEvaluator(inputs []int, output int) (*Evaluator, error) {
 	return e, nil
 }
 
-// Eval evaluates the model on inputs, writing its output to out.
+// Eval evaluates the model on inputs (in the binding's order), writing its output to out.
 func (e *Evaluator) Eval(inputs [][]float32, out []float32) error {
 	if len(inputs) != len(e.ins) {
 		return fmt.Errorf("%d inputs for a model of %d", len(inputs), len(e.ins))

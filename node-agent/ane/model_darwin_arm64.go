@@ -18,8 +18,6 @@ package ane
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -80,10 +78,12 @@ func onThread(f func() error) error {
 		defer autoreleasePoolPop(pool)
 		done <- f()
 	}()
+	timer := time.NewTimer(CallTimeout)
+	defer timer.Stop()
 	select {
 	case err := <-done:
 		return err
-	case <-time.After(CallTimeout):
+	case <-timer.C:
 		return ErrTimeout
 	}
 }
@@ -94,20 +94,15 @@ type Model struct {
 	obj objc.ID // retained
 	id  string
 	src mil.Program
-	tmp string
 }
 
-// NewModel builds the in-memory model of a program and reads its content identifier.
+// NewModel builds the in-memory model of a program, reads its content identifier and, where
+// the framework allows, points it at the folder its sources are written to.
 func (r *Runtime) NewModel(p mil.Program) (*Model, error) {
 	m := &Model{r: r, src: p}
 	err := onThread(func() error {
 		text := nsData([]byte(p.Text))
-		weights := nsDictionary(map[objc.ID]objc.ID{
-			nsString(mil.BlobPath): nsDictionary(map[objc.ID]objc.ID{
-				nsString("offset"): objc.ID(objc.GetClass("NSNumber")).Send(selector("numberWithUnsignedLongLong:"), uint64(0)),
-				nsString("data"):   nsData(p.Weights),
-			}),
-		})
+		weights := nsDictionary(WeightsArgument(p))
 		desc := objc.ID(r.classes["_ANEInMemoryModelDescriptor"]).Send(selector("modelWithMILText:weights:optionsPlist:"), text, weights, objc.ID(0))
 		if desc == 0 {
 			return &CallError{Call: "descriptor", Detail: "the framework returned no descriptor for the program"}
@@ -118,6 +113,10 @@ func (r *Runtime) NewModel(p mil.Program) (*Model, error) {
 		}
 		m.obj = model.Send(selector("retain"))
 		m.id = goString(model.Send(selector("hexStringIdentifier")))
+		if r.setsURL && m.id != "" {
+			url := objc.ID(objc.GetClass("NSURL")).Send(selector("fileURLWithPath:isDirectory:"), nsString(r.sources.Dir(m.id)), true)
+			m.obj.Send(selector("setModelURL:"), url)
+		}
 		return nil
 	})
 	if err != nil {
@@ -125,6 +124,9 @@ func (r *Runtime) NewModel(p mil.Program) (*Model, error) {
 	}
 	return m, nil
 }
+
+// Program is the program the model was built from.
+func (m *Model) Program() mil.Program { return m.src }
 
 // Identifier is the content identifier aned caches the compiled program by.
 func (m *Model) Identifier() string { return m.id }
@@ -139,24 +141,51 @@ func (m *Model) Cached() (bool, error) {
 	return cached, err
 }
 
-// Compile writes the program's sources where the compiler reads them (the per-user temporary
-// folder, in a folder named by the identifier) and compiles it.
+// Compile writes the program's sources where the compiler reads them (Sources) and compiles
+// it.
 func (m *Model) Compile() error {
-	m.tmp = filepath.Join(os.TempDir(), m.id)
-	if err := os.MkdirAll(filepath.Join(m.tmp, "weights"), 0o700); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(m.tmp, "model.mil"), []byte(m.src.Text), 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(m.tmp, "weights", "weight.bin"), m.src.Weights, 0o600); err != nil {
-		return err
+	if _, err := m.r.sources.Write(m.id, m.src); err != nil {
+		return fmt.Errorf("writing the program's sources: %w", err)
 	}
 	return m.call("compile", "compileWithQoS:options:error:")
 }
 
 // Load makes the compiled program resident on the device.
 func (m *Model) Load() error { return m.call("load", "loadWithQoS:options:error:") }
+
+// Attributes reads the loaded program's input and output symbols.
+func (m *Model) Attributes() (Attributes, error) {
+	var raw any
+	err := onThread(func() error {
+		d := m.obj.Send(selector("modelAttributes"))
+		if d == 0 {
+			return &CallError{Call: "attributes", Detail: "the model has no attributes (is it loaded?)"}
+		}
+		raw = goValue(d, 0)
+		return nil
+	})
+	if err != nil {
+		return Attributes{}, err
+	}
+	attrs, ok := raw.(map[string]any)
+	if !ok {
+		return Attributes{}, &CallError{Call: "attributes", Detail: fmt.Sprintf("modelAttributes is %T, not a dictionary", raw)}
+	}
+	return ParseAttributes(attrs, m.src)
+}
+
+// RawAttributes is the modelAttributes dictionary as Go values, for a diagnostic report.
+func (m *Model) RawAttributes() (map[string]any, error) {
+	var raw any
+	err := onThread(func() error {
+		if d := m.obj.Send(selector("modelAttributes")); d != 0 {
+			raw = goValue(d, 0)
+		}
+		return nil
+	})
+	attrs, _ := raw.(map[string]any)
+	return attrs, err
+}
 
 // Unload releases the program from the device and removes its sources.
 func (m *Model) Unload() error {
@@ -167,9 +196,7 @@ func (m *Model) Unload() error {
 		}
 		return nil
 	})
-	if m.tmp != "" {
-		os.RemoveAll(m.tmp)
-	}
+	_ = m.r.sources.Remove(m.id)
 	return err
 }
 
@@ -204,6 +231,41 @@ func callError(call string, nserr objc.ID) error {
 	return e
 }
 
+// DeviceInfo asks +[_ANEDeviceInfo ...] about the machine, each selector only if the class
+// answers it.
+func (r *Runtime) DeviceInfo() DeviceInfo {
+	var info DeviceInfo
+	_ = onThread(func() error {
+		cls := objc.ID(objc.GetClass("_ANEDeviceInfo"))
+		if cls == 0 {
+			return nil
+		}
+		answers := func(sel string) bool {
+			return objc.Send[bool](cls, selector("respondsToSelector:"), selector(sel))
+		}
+		flag := func(sel string) *bool {
+			if !answers(sel) {
+				return nil
+			}
+			v := objc.Send[bool](cls, selector(sel))
+			return &v
+		}
+		text := func(sel string) string {
+			if !answers(sel) {
+				return ""
+			}
+			return goString(cls.Send(selector(sel)))
+		}
+		info.HasANE, info.VirtualMachine = flag("hasANE"), flag("isVirtualMachine")
+		info.Architecture, info.Product, info.Build = text("aneArchitectureType"), text("productName"), text("buildVersion")
+		if answers("numANECores") {
+			info.Cores = int(objc.Send[uint32](cls, selector("numANECores")))
+		}
+		return nil
+	})
+	return info
+}
+
 func nsString(s string) objc.ID {
 	return objc.ID(objc.GetClass("NSString")).Send(selector("stringWithUTF8String:"), s)
 }
@@ -216,12 +278,32 @@ func nsData(b []byte) objc.ID {
 	return objc.ID(objc.GetClass("NSData")).Send(selector("dataWithBytes:length:"), p, uint64(len(b)))
 }
 
-func nsDictionary(kv map[objc.ID]objc.ID) objc.ID {
-	d := objc.ID(objc.GetClass("NSMutableDictionary")).Send(selector("dictionary"))
-	for k, v := range kv {
-		d.Send(selector("setObject:forKey:"), v, k)
+func nsNumber(v uint64) objc.ID {
+	return objc.ID(objc.GetClass("NSNumber")).Send(selector("numberWithUnsignedLongLong:"), v)
+}
+
+// nsDictionary builds an NSDictionary from entries in their order, with
+// +dictionaryWithObjects:forKeys:count: (what an Objective-C dictionary literal compiles to).
+func nsDictionary(entries []Entry) objc.ID {
+	cls := objc.ID(objc.GetClass("NSDictionary"))
+	if len(entries) == 0 {
+		return cls.Send(selector("dictionary"))
 	}
-	return d
+	keys, values := make([]objc.ID, len(entries)), make([]objc.ID, len(entries))
+	for i, e := range entries {
+		keys[i] = nsString(e.Key)
+		switch v := e.Value.(type) {
+		case uint64:
+			values[i] = nsNumber(v)
+		case []byte:
+			values[i] = nsData(v)
+		case []Entry:
+			values[i] = nsDictionary(v)
+		default:
+			panic(fmt.Sprintf("ane: no NSDictionary value for %T", v))
+		}
+	}
+	return cls.Send(selector("dictionaryWithObjects:forKeys:count:"), unsafe.Pointer(&values[0]), unsafe.Pointer(&keys[0]), uint64(len(entries)))
 }
 
 // goString copies an NSString.
@@ -238,4 +320,43 @@ func goString(s objc.ID) string {
 		n++
 	}
 	return string(unsafe.Slice(p, n))
+}
+
+// goValue converts a property-list object (dictionaries, arrays, strings, numbers) to Go
+// values; anything else becomes its description. Depth is bounded.
+func goValue(obj objc.ID, depth int) any {
+	if obj == 0 || depth > 16 {
+		return nil
+	}
+	is := func(class string) bool {
+		return objc.Send[bool](obj, selector("isKindOfClass:"), objc.ID(objc.GetClass(class)))
+	}
+	switch {
+	case is("NSString"):
+		return goString(obj)
+	case is("NSNumber"):
+		return objc.Send[float64](obj, selector("doubleValue"))
+	case is("NSDictionary"):
+		out := map[string]any{}
+		keys := obj.Send(selector("allKeys"))
+		for i := range objc.Send[uint64](keys, selector("count")) {
+			k := keys.Send(selector("objectAtIndex:"), i)
+			name, ok := goValue(k, depth+1).(string)
+			if !ok {
+				name = goString(k.Send(selector("description")))
+			}
+			out[name] = goValue(obj.Send(selector("objectForKey:"), k), depth+1)
+		}
+		return out
+	case is("NSArray"):
+		n := objc.Send[uint64](obj, selector("count"))
+		out := make([]any, 0, n)
+		for i := range n {
+			out = append(out, goValue(obj.Send(selector("objectAtIndex:"), i), depth+1))
+		}
+		return out
+	case is("NSData"):
+		return fmt.Sprintf("<%d bytes>", objc.Send[uint64](obj, selector("length")))
+	}
+	return goString(obj.Send(selector("description")))
 }

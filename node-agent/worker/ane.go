@@ -28,6 +28,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/ane"
 	"github.com/ck-synapse/synapse-fleet/node-agent/aneartifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/family"
 	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
@@ -56,8 +57,13 @@ type DeviceProgram interface {
 	Compile() error
 	// Load makes the compiled program resident.
 	Load() error
-	// Eval runs the resident program on x and the key mask, writing its output to out.
-	Eval(x, mask, out []float32) error
+	// Attributes are the resident program's input and output symbols as the device reports
+	// them. The backend binds the program's inputs to them by name: the device is reported
+	// to order a program's inputs by name, not as the program declares them.
+	Attributes() (ane.Attributes, error)
+	// Eval runs the resident program with inputs[i] on the i-th input symbol of Attributes,
+	// writing its output to out.
+	Eval(inputs [][]float32, out []float32) error
 	Unload() error
 	Close()
 }
@@ -99,8 +105,17 @@ type ANE struct {
 
 // aneRung is one resident rung: its layers in order.
 type aneRung struct {
-	progs []DeviceProgram
-	refs  []*aneartifact.Layer
+	layers []aneLayer
+}
+
+// aneLayer is one resident layer.
+type aneLayer struct {
+	prog DeviceProgram
+	// order names the program input each of the device's input symbols takes.
+	order []string
+	// ref is the layer's CPU reference, kept for the layers the probe times (the first and the
+	// last) only: a layer's reference holds its weights, and a rung holds every layer.
+	ref *aneartifact.Layer
 }
 
 func (a *ANE) limit() int {
@@ -189,14 +204,14 @@ func (a *ANE) Admit(ctx context.Context, rung uint32) (adm Admission, err error)
 		return adm, &Error{Code: "unsupported_shape", Message: fmt.Sprintf("rung %d is not in the ladder %v", rung, a.rungs)}
 	}
 	if r, ok := a.resident[rung]; ok {
-		return Admission{Layers: len(r.progs), CacheHit: len(r.progs)}, nil
+		return Admission{Layers: len(r.layers), CacheHit: len(r.layers)}, nil
 	}
 	n := a.model.Config.Layers
 	r := &aneRung{}
 	fail := func(err error) (Admission, error) {
-		for _, p := range r.progs {
-			_ = p.Unload()
-			p.Close()
+		for _, l := range r.layers {
+			_ = l.prog.Unload()
+			l.prog.Close()
 		}
 		return adm, err
 	}
@@ -204,6 +219,7 @@ func (a *ANE) Admit(ctx context.Context, rung uint32) (adm Admission, err error)
 	// checked before the first compile.
 	var programs []DeviceProgram
 	var held []bool
+	var refs []*aneartifact.Layer
 	closeRest := func(from int) {
 		for _, p := range programs[from:] {
 			p.Close()
@@ -226,7 +242,7 @@ func (a *ANE) Admit(ctx context.Context, rung uint32) (adm Admission, err error)
 			closeRest(0)
 			return adm, deviceError(err)
 		}
-		programs, held, r.refs = append(programs, p), append(held, ok), append(r.refs, ly)
+		programs, held, refs = append(programs, p), append(held, ok), append(refs, ly)
 	}
 	need := 0
 	for _, h := range held {
@@ -249,7 +265,7 @@ func (a *ANE) Admit(ctx context.Context, rung uint32) (adm Admission, err error)
 		}
 		compiled := false
 		if !held[i] {
-			if err := a.compile(p, r.refs[i].Program); err != nil {
+			if err := a.compile(p, refs[i].Program); err != nil {
 				closeRest(i)
 				return fail(err)
 			}
@@ -261,7 +277,7 @@ func (a *ANE) Admit(ctx context.Context, rung uint32) (adm Admission, err error)
 				return fail(deviceError(err))
 			}
 			// aned held it but the load failed: compile once, then load.
-			if err := a.compile(p, r.refs[i].Program); err != nil {
+			if err := a.compile(p, refs[i].Program); err != nil {
 				closeRest(i)
 				return fail(err)
 			}
@@ -271,7 +287,17 @@ func (a *ANE) Admit(ctx context.Context, rung uint32) (adm Admission, err error)
 				return fail(deviceError(err))
 			}
 		}
-		r.progs = append(r.progs, p)
+		order, err := bind(p, refs[i].Program)
+		if err != nil {
+			_ = p.Unload()
+			closeRest(i)
+			return fail(err)
+		}
+		l := aneLayer{prog: p, order: order}
+		if i == 0 || i == n-1 {
+			l.ref = refs[i]
+		}
+		r.layers = append(r.layers, l)
 		adm.Layers++
 		if compiled {
 			adm.Compiled++
@@ -282,6 +308,41 @@ func (a *ANE) Admit(ctx context.Context, rung uint32) (adm Admission, err error)
 	}
 	a.resident[rung] = r
 	return adm, nil
+}
+
+// bind matches a resident program's inputs to the symbols the device reports for it, by name,
+// and returns the input each symbol takes; a program the device's symbols do not name is
+// refused, never run with its inputs swapped.
+func bind(p DeviceProgram, src mil.Program) ([]string, error) {
+	attrs, err := p.Attributes()
+	if err != nil {
+		return nil, deviceError(err)
+	}
+	b, err := attrs.Bind(src)
+	if err != nil {
+		return nil, &Error{Code: "ane_binding_failed", Message: err.Error()}
+	}
+	order := make([]string, len(b.Inputs))
+	for i, in := range b.Inputs {
+		order[i] = in.Port.Name
+	}
+	return order, nil
+}
+
+// eval runs one resident layer on x and the key mask.
+func (l aneLayer) eval(x, mask, out []float32) error {
+	inputs := make([][]float32, len(l.order))
+	for i, name := range l.order {
+		switch name {
+		case "x":
+			inputs[i] = x
+		case "mask":
+			inputs[i] = mask
+		default:
+			return &Error{Code: "ane_binding_failed", Message: fmt.Sprintf("the program takes an input %q the layers do not have", name)}
+		}
+	}
+	return l.prog.Eval(inputs, out)
 }
 
 // compile checks the temp space (only a layer that must compile writes sources) and compiles.
@@ -332,11 +393,11 @@ func (a *ANE) Evict(rung uint32) error {
 	}
 	delete(a.resident, rung)
 	var first error
-	for _, p := range r.progs {
-		if err := p.Unload(); err != nil && first == nil {
+	for _, l := range r.layers {
+		if err := l.prog.Unload(); err != nil && first == nil {
 			first = deviceError(err)
 		}
-		p.Close()
+		l.prog.Close()
 	}
 	return first
 }
@@ -389,8 +450,8 @@ func (a *ANE) forward(r *aneRung, ids []uint32, rung int) ([]float32, error) {
 	}
 	mask := family.KeyMask(len(toks), rung)
 	out := make([]float32, len(x))
-	for _, p := range r.progs {
-		if err := p.Eval(x, mask, out); err != nil {
+	for _, l := range r.layers {
+		if err := l.eval(x, mask, out); err != nil {
 			return nil, deviceError(err)
 		}
 		x, out = out, x
@@ -418,7 +479,7 @@ func (a *ANE) Probe(ctx context.Context, rung uint32) (device, cpu time.Duration
 		return 0, 0, err
 	}
 	mask := family.KeyMask(len(toks), int(rung))
-	layers := []int{0, len(r.refs) - 1}
+	layers := []aneLayer{r.layers[0], r.layers[len(r.layers)-1]}
 	out := make([]float32, len(x))
 	fastest := func(onDevice bool) (time.Duration, error) {
 		best := time.Duration(math.MaxInt64)
@@ -427,12 +488,12 @@ func (a *ANE) Probe(ctx context.Context, rung uint32) (device, cpu time.Duration
 				return 0, err
 			}
 			start := a.Clock.Now()
-			for _, i := range layers {
+			for _, l := range layers {
 				if onDevice {
-					if err := r.progs[i].Eval(x, mask, out); err != nil {
+					if err := l.eval(x, mask, out); err != nil {
 						return 0, deviceError(err)
 					}
-				} else if _, err := r.refs[i].Graph.EvalMasked(x, mask, r.refs[i].Out); err != nil {
+				} else if _, err := l.ref.Graph.EvalMasked(x, mask, l.ref.Out); err != nil {
 					return 0, err
 				}
 			}

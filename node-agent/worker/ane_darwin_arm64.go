@@ -19,8 +19,6 @@ package worker
 import (
 	"errors"
 	"fmt"
-	"os"
-	"syscall"
 
 	"k8s.io/utils/clock"
 
@@ -49,14 +47,9 @@ func (d device) Program(p mil.Program) (DeviceProgram, error) {
 	return &program{m: m}, nil
 }
 
-// TempSpace is the free space of the per-user temporary folder the compiler writes to.
-func (d device) TempSpace() (int64, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(os.TempDir(), &st); err != nil {
-		return 0, err
-	}
-	return int64(st.Bavail) * int64(st.Bsize), nil
-}
+// TempSpace is the free space where the compiler reads its sources: Foundation's per-user
+// temporary folder, not $TMPDIR.
+func (d device) TempSpace() (int64, error) { return d.r.Sources().Free() }
 
 // program is one layer's in-memory model and, once it is loaded and first evaluated, its
 // IOSurface evaluator.
@@ -75,15 +68,28 @@ func (p *program) Cached() (bool, error) {
 func (p *program) Compile() error { return deviceErr(p.m.Compile()) }
 func (p *program) Load() error    { return deviceErr(p.m.Load()) }
 
-func (p *program) Eval(x, mask, out []float32) error {
+func (p *program) Attributes() (ane.Attributes, error) {
+	a, err := p.m.Attributes()
+	return a, deviceErr(err)
+}
+
+// Eval binds the program to its symbols once (the backend has checked the binding already)
+// and evaluates with inputs in the symbols' order.
+func (p *program) Eval(inputs [][]float32, out []float32) error {
 	if p.ev == nil {
-		ev, err := p.m.NewEvaluator([]int{len(x), len(mask)}, len(out))
+		a, err := p.m.Attributes()
 		if err != nil {
 			return deviceErr(err)
 		}
-		p.ev = ev
+		b, err := a.Bind(p.m.Program())
+		if err != nil {
+			return err
+		}
+		if p.ev, err = p.m.NewEvaluator(b); err != nil {
+			return deviceErr(err)
+		}
 	}
-	return deviceErr(p.ev.Eval([][]float32{x, mask}, out))
+	return deviceErr(p.ev.Eval(inputs, out))
 }
 
 func (p *program) Unload() error {

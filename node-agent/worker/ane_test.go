@@ -31,6 +31,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
+	"github.com/ck-synapse/synapse-fleet/node-agent/ane"
 	"github.com/ck-synapse/synapse-fleet/node-agent/aneartifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/convert"
@@ -52,11 +53,14 @@ type fakeANE struct {
 	failCompile map[string]bool
 	// layers maps a program's digest to its CPU reference.
 	layers map[string]*aneartifact.Layer
+	// symbols orders a loaded program's input symbols: by name, as the device is reported to,
+	// unless a test says otherwise.
+	symbols func(inputs []string) []string
 }
 
 func newFakeANE() *fakeANE {
 	return &fakeANE{aned: map[string]bool{}, tempSpace: 1 << 40, failLoad: map[string]string{}, failCompile: map[string]bool{},
-		layers: map[string]*aneartifact.Layer{}}
+		layers: map[string]*aneartifact.Layer{}, symbols: func(in []string) []string { return slices.Sorted(slices.Values(in)) }}
 }
 
 func (d *fakeANE) record(call string) {
@@ -130,14 +134,44 @@ func (p *fakeProgram) Load() error {
 	return nil
 }
 
-func (p *fakeProgram) Eval(x, mask, out []float32) error {
+// inputSymbols are the loaded program's input symbols, in the device's order.
+func (p *fakeProgram) inputSymbols() []string {
+	var names []string
+	for _, in := range p.src.Inputs {
+		names = append(names, in.Name)
+	}
+	p.d.mu.Lock()
+	defer p.d.mu.Unlock()
+	return p.d.symbols(names)
+}
+
+func (p *fakeProgram) Attributes() (ane.Attributes, error) {
+	if !p.loaded {
+		return ane.Attributes{}, errors.New("attributes of a program not loaded")
+	}
+	var a ane.Attributes
+	for i, name := range p.inputSymbols() {
+		a.Inputs = append(a.Inputs, ane.Symbol{Name: name, Index: i})
+	}
+	a.Outputs = []ane.Symbol{{Name: p.src.Output.Name + "@output"}}
+	return a, nil
+}
+
+// Eval takes inputs[i] as the input symbol i names, as the device does.
+func (p *fakeProgram) Eval(inputs [][]float32, out []float32) error {
 	p.d.mu.Lock()
 	ly := p.d.layers[p.src.Digest()]
 	p.d.mu.Unlock()
 	if !p.loaded || ly == nil {
 		return errors.New("eval of a program not loaded")
 	}
-	y, err := ly.Graph.EvalMasked(x, mask, ly.Out)
+	named := map[string][]float32{}
+	for i, name := range p.inputSymbols() {
+		if i < len(inputs) {
+			named[name] = inputs[i]
+		}
+	}
+	y, err := ly.Graph.EvalMasked(named["x"], named["mask"], ly.Out)
 	copy(out, y)
 	return err
 }
@@ -393,5 +427,57 @@ func TestTheANEBackendLoadsOnlyAVerifiedArtifactOfItsShape(t *testing.T) {
 		if _, err := a.Load(context.Background(), l); err == nil {
 			t.Errorf("%s: loaded", name)
 		}
+	}
+}
+
+// TestInputsAreBoundByTheNamesTheDeviceReports: whichever order the device lists a program's
+// input symbols in, x and the key mask reach the symbols of their names and the embeddings
+// match the goldens; a device whose symbols do not name the program's inputs refuses the
+// admission instead of running with them swapped.
+func TestInputsAreBoundByTheNamesTheDeviceReports(t *testing.T) {
+	dir, m := tinyArtifact(t)
+	var goldens []aneartifact.Golden
+	data, _ := os.ReadFile(filepath.Join(dir, aneartifact.GoldensFile))
+	if err := json.Unmarshal(data, &goldens); err != nil {
+		t.Fatal(err)
+	}
+	for name, order := range map[string]func([]string) []string{
+		"by name":            func(in []string) []string { return slices.Sorted(slices.Values(in)) },
+		"by name, downwards": func(in []string) []string { s := slices.Sorted(slices.Values(in)); slices.Reverse(s); return s },
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := newFakeANE()
+			d.symbols = order
+			layerIDs(t, d, m, 64)
+			a := &worker.ANE{Device: d, Clock: clock.RealClock{}}
+			loadANE(t, a, dir)
+			if _, err := a.Admit(context.Background(), 64); err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range goldens {
+				reply, err := a.Execute(context.Background(), &pb.Execute{Task: "embed", Rung: 64, Sequences: []*pb.Sequence{{TokenIds: g.Tokens}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(reply.Vectors[0].Values, g.Output) {
+					t.Fatalf("%d tokens: the device path differs from the golden", len(g.Tokens))
+				}
+			}
+		})
+	}
+	d := newFakeANE()
+	d.symbols = func(in []string) []string { return []string{"x", "attention_mask"} }
+	ids := layerIDs(t, d, m, 64)
+	a := &worker.ANE{Device: d, Clock: clock.RealClock{}}
+	loadANE(t, a, dir)
+	d.take()
+	if _, err := a.Admit(context.Background(), 64); !isCode(err, "ane_binding_failed") {
+		t.Fatalf("symbols that do not name the inputs: %v", err)
+	}
+	if r := a.Resident(); len(r) != 0 {
+		t.Fatalf("resident %v after the refusal", r)
+	}
+	if calls := d.take(); !slices.Contains(calls, "unload "+ids[0]) {
+		t.Fatalf("the loaded layer was not unloaded: %v", calls)
 	}
 }
