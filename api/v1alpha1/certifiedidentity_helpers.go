@@ -17,13 +17,14 @@ limitations under the License.
 package v1alpha1
 
 // Matches reports whether node runs this identity exactly: the same worker signing identifier,
-// binary digest and protocol version, on the same macOS build. An approval is never matched
-// loosely.
+// binary digest, protocol version and backend, on the same macOS build. An approval is never
+// matched loosely: a node that reports no backend matches no identity.
 func (c *CertifiedIdentity) Matches(node *MacNode) bool {
 	w, p := node.Status.Worker, node.Status.Platform
 	return w.SigningIdentifier == c.Spec.Worker.SigningIdentifier &&
 		w.BinaryDigest == c.Spec.Worker.BinaryDigest &&
 		w.ProtocolVersion == c.Spec.Worker.ProtocolVersion &&
+		w.Backend != "" && w.Backend == c.Spec.Worker.Backend &&
 		p.MacOSBuild == c.Spec.MacOSBuild
 }
 

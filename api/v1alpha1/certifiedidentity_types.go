@@ -23,12 +23,13 @@ import (
 // CertifiedIdentity condition types and reasons.
 const (
 	// IdentityConditionMatched is True when at least one MacNode runs this identity's worker
-	// binary on this identity's macOS build.
+	// binary, on its backend, on this identity's macOS build.
 	IdentityConditionMatched = "Matched"
 
 	// IdentityReasonNodesMatch: one or more nodes match.
 	IdentityReasonNodesMatch = "NodesMatch"
-	// IdentityReasonNoMatchingNode: no node runs this worker binary on this macOS build.
+	// IdentityReasonNoMatchingNode: no node runs this worker binary, on this backend, on this
+	// macOS build.
 	IdentityReasonNoMatchingNode = "NoMatchingNode"
 )
 
@@ -52,6 +53,12 @@ type WorkerIdentity struct {
 	// +kubebuilder:validation:Minimum=3
 	// +kubebuilder:validation:Maximum=3
 	ProtocolVersion int32 `json:"protocolVersion"`
+
+	// backend is the worker backend the approval holds for: ane (the Neural Engine) or sim (the
+	// stand-in). It is part of the identity: a sim approval never matches a node whose workers
+	// run ane and the reverse, so the stand-in's answers never pass for the Neural Engine's.
+	// +required
+	Backend WorkerBackend `json:"backend"`
 }
 
 // ModelIdentity is the model checkpoint an identity approves.
@@ -141,7 +148,8 @@ type CertifiedIdentityStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// matchingNodes is how many MacNodes run this worker binary on this macOS build.
+	// matchingNodes is how many MacNodes run this worker binary, on this backend, on this macOS
+	// build.
 	// +optional
 	MatchingNodes int32 `json:"matchingNodes,omitempty"`
 
@@ -160,8 +168,8 @@ type CertifiedIdentityStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// CertifiedIdentity approves one worker binary, model checkpoint, conversion policy and macOS
-// build together. Lanes reference an identity; a node serves a lane only if it matches the
+// CertifiedIdentity approves one worker binary and backend, model checkpoint, conversion policy
+// and macOS build together. Lanes reference an identity; a node serves a lane only if it matches the
 // identity exactly.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -170,6 +178,7 @@ type CertifiedIdentityStatus struct {
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.spec.model.revision`
 // +kubebuilder:printcolumn:name="macOS",type=string,JSONPath=`.spec.macOSBuild`
 // +kubebuilder:printcolumn:name="Worker",type=string,JSONPath=`.spec.worker.signingIdentifier`
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.spec.worker.backend`
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.matchingNodes`
 // +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.conversionPolicy.name`,priority=1
 // +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.spec.worker.binaryDigest`,priority=1

@@ -196,21 +196,29 @@ type PrewarmSummary struct {
 // ProbeMeasurement is the runtime placement probe of one resident rung: the fastest of 5
 // evaluations on the device and on a CPU-only reference of the same artifact, back to back.
 // A ratio above 0.8 means the model is not running on the Neural Engine: the lane fails with
-// ComputeUnitMismatchError.
+// ComputeUnitMismatchError. On the sim backend nothing is measured: the ratio is the one the
+// stand-in was configured with, the probe says simulated, and no time is reported.
+// +kubebuilder:validation:XValidation:rule="!has(self.simulated) || !self.simulated || (!has(self.deviceMicroseconds) && !has(self.cpuMicroseconds))",message="a simulated probe reports no measured times"
 type ProbeMeasurement struct {
 	// rung is the probed shape.
 	// +required
 	Rung Rung `json:"rung"`
 
-	// deviceMicroseconds is the fastest evaluation on the device.
-	// +required
-	// +kubebuilder:validation:Minimum=0
-	DeviceMicroseconds int64 `json:"deviceMicroseconds"`
+	// simulated is true when the sim backend modelled the probe; its ratio is configured, not
+	// measured.
+	// +optional
+	Simulated bool `json:"simulated,omitempty"`
 
-	// cpuMicroseconds is the fastest evaluation of the CPU-only reference.
-	// +required
+	// deviceMicroseconds is the fastest evaluation on the device (measured probes only).
+	// +optional
 	// +kubebuilder:validation:Minimum=0
-	CPUMicroseconds int64 `json:"cpuMicroseconds"`
+	DeviceMicroseconds int64 `json:"deviceMicroseconds,omitempty"`
+
+	// cpuMicroseconds is the fastest evaluation of the CPU-only reference (measured probes
+	// only).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	CPUMicroseconds int64 `json:"cpuMicroseconds,omitempty"`
 
 	// ratio is device over CPU time, with two decimals.
 	// +required
@@ -220,6 +228,25 @@ type ProbeMeasurement struct {
 	// workerGeneration is the worker generation it was measured on.
 	// +optional
 	WorkerGeneration int64 `json:"workerGeneration,omitempty"`
+}
+
+// WorkerWarnings are the warning lines a placement's workers wrote.
+type WorkerWarnings struct {
+	// count is how many warning lines the lane's workers wrote since the agent loaded it.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Count int64 `json:"count"`
+
+	// recent are the latest lines, oldest first; a line over 512 bytes is shortened here (the
+	// agent's log holds it whole).
+	// +optional
+	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:items:MaxLength=512
+	Recent []string `json:"recent,omitempty"`
+
+	// lastTime is when the latest line was read.
+	// +optional
+	LastTime *metav1.Time `json:"lastTime,omitempty"`
 }
 
 // Fault is the last failure the agent observed for a placement.
@@ -286,6 +313,16 @@ type LanePlacementStatus struct {
 	// +kubebuilder:validation:MaxItems=8
 	Probes []ProbeMeasurement `json:"probes,omitempty"`
 
+	// backend is the worker backend that computes this placement's answers: ane or sim.
+	// +optional
+	Backend WorkerBackend `json:"backend,omitempty"`
+
+	// workerWarnings counts the warning lines the lane's workers wrote on this node (every
+	// stderr line other than a worker's own progress lines: the framework's, the runtime's, an
+	// injected fault's) and keeps the latest.
+	// +optional
+	WorkerWarnings *WorkerWarnings `json:"workerWarnings,omitempty"`
+
 	// conditions: ArtifactVerified, WorkerRunning, SelfChecked, Ready.
 	// +optional
 	// +listType=map
@@ -301,6 +338,7 @@ type LanePlacementStatus struct {
 // +kubebuilder:printcolumn:name="Lane",type=string,JSONPath=`.spec.lane`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.node`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.status.backend`
 // +kubebuilder:printcolumn:name="Gen",type=integer,JSONPath=`.status.workerGeneration`
 // +kubebuilder:printcolumn:name="Resident",type=string,JSONPath=`.status.residentShapes`
 // +kubebuilder:printcolumn:name="Compiling",type=integer,JSONPath=`.status.compile.rung`

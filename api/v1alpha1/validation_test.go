@@ -56,6 +56,7 @@ spec:
     signingIdentifier: synapse-ane-worker
     binaryDigest: sha256:5b1e0c54a7f0b4b8f3d8a2c9e6f1d0a3b7c4e9f2a1d6b8c3e5f7a9b0c2d4e6f8
     protocolVersion: 3
+    backend: ane
   model:
     name: gte-modernbert-base
     revision: e7f32e3
@@ -241,6 +242,10 @@ var _ = Describe("A manifest that breaks a rule", func() {
 			"spec.model.checkpointDigest: Invalid value"),
 		Entry("an identity for protocol 2", validIdentity, set(int64(2), "spec", "worker", "protocolVersion"),
 			"spec.worker.protocolVersion", "greater than or equal to 3"),
+		Entry("an identity without a worker backend", validIdentity, unset("spec", "worker", "backend"),
+			"spec.worker.backend: Required value"),
+		Entry("an identity for an unknown worker backend", validIdentity, set("gpu", "spec", "worker", "backend"),
+			`spec.worker.backend: Unsupported value: "gpu": supported values: "ane", "sim"`),
 		Entry("an identity with a version number for a macOS build", validIdentity, set("26.1", "spec", "macOSBuild"),
 			"spec.macOSBuild: Invalid value"),
 		Entry("an identity without a macOS build", validIdentity, unset("spec", "macOSBuild"),
@@ -292,6 +297,14 @@ var _ = Describe("A manifest that breaks a rule", func() {
 			"status.capacity.layerExecutables", "less than or equal to 100"),
 		Entry("a placement in an unknown phase", validPlacement, map[string]any{"phase": "Sleeping"},
 			`status.phase: Unsupported value: "Sleeping"`),
+		Entry("a placement on an unknown backend", validPlacement, map[string]any{"backend": "gpu"},
+			`status.backend: Unsupported value: "gpu": supported values: "ane", "sim"`),
+		Entry("a simulated probe that reports measured times", validPlacement,
+			map[string]any{"probes": []any{map[string]any{"rung": int64(128), "simulated": true, "deviceMicroseconds": int64(200), "cpuMicroseconds": int64(500), "ratio": "0.40"}}},
+			"a simulated probe reports no measured times"),
+		Entry("a placement keeping more than 5 worker warnings", validPlacement,
+			map[string]any{"workerWarnings": map[string]any{"count": int64(6), "recent": []any{"a", "b", "c", "d", "e", "f"}}},
+			"status.workerWarnings.recent", "must have at most 5 items"),
 	)
 })
 

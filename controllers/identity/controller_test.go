@@ -55,7 +55,7 @@ var _ = Describe("Identities", func() {
 		digest := v1.Sha256Digest(fmt.Sprintf("sha256:%064x", 1000+seq))
 		id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gte-%d", seq)},
 			Spec: v1.CertifiedIdentitySpec{
-				Worker: v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
+				Worker: v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
 				Model: v1.ModelIdentity{Name: "gte", Revision: "r1", Layers: 22, HiddenSize: 768, EmbeddingDimensions: 768,
 					CheckpointDigest: "sha256:0d3b4c1f8e2a7b6c5d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e"},
 				ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: "sha256:9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0"},
@@ -65,7 +65,7 @@ var _ = Describe("Identities", func() {
 			n := &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("mac-%d-%d", seq, i)}}
 			Expect(kube.Create(ctx, n)).To(Succeed())
 			n.Status.Platform.MacOSBuild = build
-			n.Status.Worker = v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3}
+			n.Status.Worker = v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim}
 			Expect(kube.Status().Update(ctx, n)).To(Succeed())
 		}
 		lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lane-%d", seq), Namespace: "default"},

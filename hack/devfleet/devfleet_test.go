@@ -108,6 +108,10 @@ func TestDevFleetServesTheSamples(t *testing.T) {
 		if len(body.Data) != 2 || len(body.Data[0].Embedding) != 768 {
 			t.Fatalf("the printed curl answered %d embeddings", len(body.Data))
 		}
+		// The dev fleet's Macs are simulated: their answers say so, never the Neural Engine.
+		if d := resp.Header.Get("X-Synapse-Device"); d != "sim" {
+			t.Fatalf("the printed curl's answer says device %q; a simulated Mac computed it", d)
+		}
 	})
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, log.String())

@@ -34,8 +34,9 @@ import (
 // ApplySamples creates every object of every YAML file in dir (kustomization.yaml aside):
 // certified identities first, each with its artifact installed on the Macs, then everything
 // else, then the lanes, so a lane is placed only once what it needs exists. A CertifiedIdentity
-// approves the worker binary the fleet's Macs run: its binaryDigest is set to that binary's, as
-// a release engineer certifying this build would.
+// approves the worker binary the fleet's Macs run: its binaryDigest is set to that binary's and
+// its backend to sim (the fleet's Macs are simulated), as a release engineer certifying this
+// build on the stand-in would; its answers then say sim, never ane.
 func (f *Fleet) ApplySamples(ctx context.Context, dir string) error {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
@@ -78,6 +79,9 @@ func (f *Fleet) ApplySamples(ctx context.Context, dir string) error {
 		obj := d.obj
 		if obj.GetKind() == "CertifiedIdentity" {
 			if err := unstructured.SetNestedField(obj.Object, string(f.WorkerDigest), "spec", "worker", "binaryDigest"); err != nil {
+				return fmt.Errorf("%s: %w", d.file, err)
+			}
+			if err := unstructured.SetNestedField(obj.Object, string(v1.BackendSim), "spec", "worker", "backend"); err != nil {
 				return fmt.Errorf("%s: %w", d.file, err)
 			}
 		}

@@ -110,6 +110,12 @@ type Agent struct {
 	// probeKick wakes the placement prober; probeRatio exports its measurements.
 	probeKick  chan struct{}
 	probeRatio *prometheus.GaugeVec
+
+	// warnings are the lanes' worker warnings, by lane key, under their own lock (the workers'
+	// stderr readers take it, and must never wait on mu); workerWarnings counts them.
+	warnMu         sync.Mutex
+	warnings       map[string]*warningLog
+	workerWarnings *prometheus.CounterVec
 }
 
 // New returns an agent; Run starts it.
@@ -129,8 +135,15 @@ func New(cfg Config) *Agent {
 	a.serve = serving.New(serving.Supervised(a.sup), cfg.Clock)
 	a.api = httpapi.New(httpapi.Config{Node: cfg.NodeName, Catalog: a, Runner: a.serve, Admin: a, Clock: cfg.Clock, Registry: a.registry})
 	a.probeRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "synapse_agent_placement_probe_ratio",
-		Help: "Device over CPU-reference time of the runtime placement probe, by lane and rung; above 0.8 the lane fails."}, []string{"lane", "rung"})
-	a.registry.MustRegister(newCollector(a), a.probeRatio)
+		Help: "Device over CPU-reference time of the runtime placement probe, by lane, rung and source (measured, or simulated by the sim backend: configured, not measured); above 0.8 the lane fails."},
+		[]string{"lane", "rung", "source"})
+	a.warnings = map[string]*warningLog{}
+	a.workerWarnings = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "synapse_agent_worker_warnings_total",
+		Help: "Warning lines the lane's workers wrote on stderr (every line but their own progress lines)."}, []string{"lane"})
+	a.registry.MustRegister(newCollector(a), a.probeRatio, a.workerWarnings)
+	if cfg.Host != nil {
+		cfg.Host.OnStderr(a.workerLine)
+	}
 	return a
 }
 

@@ -18,6 +18,9 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,6 +32,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -38,6 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
@@ -51,7 +56,7 @@ var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 var (
 	testDigest   = v1.Sha256Digest("sha256:" + strings.Repeat("ab", 32))
-	testIdentity = &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "tiny"}, Spec: v1.CertifiedIdentitySpec{
+	testIdentity = &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "tiny"}, Spec: v1.CertifiedIdentitySpec{Worker: v1.WorkerIdentity{Backend: v1.BackendSim},
 		Model:            v1.ModelIdentity{Name: "tiny", Revision: "r1", CheckpointDigest: testDigest, Layers: 2, EmbeddingDimensions: 16},
 		ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: testDigest}, MacOSBuild: "25B78"}}
 )
@@ -394,5 +399,110 @@ func TestALaneTokenizesWithItsArtifactsOwnTokenizer(t *testing.T) {
 	}
 	if _, err := laneTokenizer(ane); err == nil {
 		t.Fatal("an unreadable tokenizer was accepted")
+	}
+}
+
+// On the sim backend every answer and the placement say sim, and the probe is reported as
+// simulated with no times; an identity approved for the ane backend never loads on a sim node.
+func TestAnswersAndStatusSayWhichBackendRanAndAnAneIdentityNeverMatchesASimNode(t *testing.T) {
+	p := testPlacement("gte")
+	a, _, _ := newTestAgent(t, p)
+	loadReady(t, a, p)
+	srv := httptest.NewServer(a.Handler())
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/v1/embeddings", "application/json", strings.NewReader(`{"model": "default/gte", "input": [[1, 2, 3]]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Synapse struct{ Device string } `json:"synapse"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d %v", resp.StatusCode, err)
+	}
+	if h := resp.Header.Get("X-Synapse-Device"); h != "sim" || body.Synapse.Device != "sim" {
+		t.Fatalf("a sim worker's answer says device %q (header) and %q (body); want sim", h, body.Synapse.Device)
+	}
+	got := p.DeepCopy()
+	a.placementStatus(types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, got)
+	if got.Status.Backend != v1.BackendSim {
+		t.Fatalf("the placement says backend %q", got.Status.Backend)
+	}
+	if pr := got.Status.Probes; len(pr) != 1 || !pr[0].Simulated || pr[0].DeviceMicroseconds != 0 || pr[0].CPUMicroseconds != 0 || pr[0].Ratio != "0.40" {
+		t.Fatalf("probes %+v: a simulated probe must say so and report no times", pr)
+	}
+	if n := testutil.ToFloat64(a.probeRatio.WithLabelValues("default/gte", "128", "simulated")); n != 0.4 {
+		t.Fatalf("the simulated probe's gauge is %v", n)
+	}
+
+	// An identity that approves the same binary on the ane backend.
+	ane := testIdentity.DeepCopy()
+	ane.Name, ane.Spec.Worker.Backend = "tiny-ane", v1.BackendANE
+	q := testPlacement("other")
+	q.Spec.Identity = "tiny-ane"
+	ctx := context.Background()
+	for _, o := range []client.Object{ane, q} {
+		if err := a.kube.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := types.NamespacedName{Namespace: q.Namespace, Name: q.Name}
+	if _, err := (&reconciler{a: a}).Reconcile(ctx, reconcile.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(a.sup.Lanes(), "default/other") {
+		t.Fatal("a lane of an ane identity was loaded on a sim node")
+	}
+	a.placementStatus(key, q)
+	if q.Status.Phase != v1.PhaseFailed || q.Status.LastFault == nil || q.Status.LastFault.Code != "IdentityMismatch" {
+		t.Fatalf("status %+v (fault %+v)", q.Status, q.Status.LastFault)
+	}
+}
+
+// A worker's warning lines (here an injected crash's) reach the placement's status and a metric;
+// its own progress lines (admissions, cache checks, probes) are not warnings.
+func TestWorkerWarningsReachThePlacementStatusAndAMetric(t *testing.T) {
+	p := testPlacement("gte")
+	a, _, _ := newTestAgentWithEnv(t, []string{"SYNAPSE_WORKER_FAULTS=crash:execute:2"}, p)
+	l := loadReady(t, a, p)
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	got := p.DeepCopy()
+	a.placementStatus(key, got)
+	if got.Status.WorkerWarnings != nil {
+		t.Fatalf("a healthy worker's progress lines were taken for warnings: %+v", got.Status.WorkerWarnings)
+	}
+	// The second execution crashes the worker.
+	if _, err := a.serve.Run(context.Background(), l.key, "embed", [][]uint32{{1, 2, 3}}, time.Now().Add(30*time.Second)); refusal.CodeOf(err) != refusal.EngineCrashed {
+		t.Fatalf("the crashing request: %v", err)
+	}
+	gomega.NewWithT(t).Eventually(func(g gomega.Gomega) {
+		got := p.DeepCopy()
+		a.placementStatus(key, got)
+		w := got.Status.WorkerWarnings
+		g.Expect(w).NotTo(gomega.BeNil())
+		g.Expect(w.Count).To(gomega.BeEquivalentTo(1))
+		g.Expect(w.Recent).To(gomega.Equal([]string{"injected fault: crash at execute"}))
+		g.Expect(w.LastTime).NotTo(gomega.BeNil())
+	}).WithTimeout(10 * time.Second).Should(gomega.Succeed())
+	if n := testutil.ToFloat64(a.workerWarnings.WithLabelValues("default/gte")); n != 1 {
+		t.Fatalf("synapse_agent_worker_warnings_total is %v", n)
+	}
+}
+
+func TestOnlyAWorkersOwnProgressLinesAreNotWarnings(t *testing.T) {
+	for line, warning := range map[string]bool{
+		"ane-direct shape admission: shape=128 layers_loaded=2 cache_hit=0 compiled=2 total_ms=1.0 outcome=admitted": false,
+		"ane-direct compile cache check: model_ref=tiny cached=[] checked=2 total_ms=0.1":                            false,
+		"ane-direct placement probe: shape=128 device_ms=0.010 cpu_ms=0.025 ratio=0.40":                              false,
+		"":                               false,
+		"injected fault: crash at admit": true,
+		"ane-direct device timeout: context deadline exceeded; exiting":             true,
+		"2026-11-29 12:00:00.000 synapse-ane-worker[123:456] +[_ANEClient] warning": true,
+		"panic: runtime error: index out of range":                                  true,
+	} {
+		if got := isWorkerWarning(line); got != warning {
+			t.Errorf("%q: warning %v, want %v", line, got, warning)
+		}
 	}
 }

@@ -52,16 +52,27 @@ func (a *Agent) probeJudge(l *lane, key string) func(rung int, gen int64, device
 		}
 		l.probes[rung] = p
 		a.mu.Unlock()
-		a.probeRatio.WithLabelValues(key, strconv.Itoa(rung)).Set(p.ratio())
-		a.cfg.Log.Info("placement probe", "lane", key, "rung", rung, "deviceMicros", device.Microseconds(), "cpuMicros", cpu.Microseconds(),
-			"ratio", fmt.Sprintf("%.2f", p.ratio()))
+		if a.simulated() {
+			// The stand-in has no device to measure: its ratio is the configured one.
+			a.probeRatio.WithLabelValues(key, strconv.Itoa(rung), "simulated").Set(p.ratio())
+			a.cfg.Log.Info("placement probe (simulated: the sim backend's configured ratio, nothing measured)", "lane", key, "rung", rung,
+				"ratio", fmt.Sprintf("%.2f", p.ratio()))
+		} else {
+			a.probeRatio.WithLabelValues(key, strconv.Itoa(rung), "measured").Set(p.ratio())
+			a.cfg.Log.Info("placement probe", "lane", key, "rung", rung, "deviceMicros", device.Microseconds(), "cpuMicros", cpu.Microseconds(),
+				"ratio", fmt.Sprintf("%.2f", p.ratio()))
+		}
 		a.wake()
 		if p.ratio() <= ProbeRatioLimit {
 			return nil
 		}
-		err := &artifact.ComputeUnitMismatchError{Check: "probe", Message: fmt.Sprintf(
-			"rung %d ran in %s on the device and %s on the CPU reference: a ratio of %.2f, over %.1f, so it is not running on the Neural Engine",
-			rung, device, cpu, p.ratio(), ProbeRatioLimit)}
+		msg := fmt.Sprintf("rung %d ran in %s on the device and %s on the CPU reference: a ratio of %.2f, over %.1f, so it is not running on the Neural Engine",
+			rung, device, cpu, p.ratio(), ProbeRatioLimit)
+		if a.simulated() {
+			msg = fmt.Sprintf("rung %d's simulated probe (the sim backend's configured ratio, nothing measured) is %.2f, over %.1f: it stands for a model not running on the Neural Engine",
+				rung, p.ratio(), ProbeRatioLimit)
+		}
+		err := &artifact.ComputeUnitMismatchError{Check: "probe", Message: msg}
 		go a.probeFailed(context.Background(), l, key, err)
 		return err
 	}
@@ -136,12 +147,20 @@ func (a *Agent) probeFailed(ctx context.Context, l *lane, key string, err error)
 	}()
 }
 
-// probeStatus is the lane's probes as the placement reports them.
-func probeStatus(probes map[int]probe) []v1.ProbeMeasurement {
+// simulated reports whether the node's probes are the sim backend's: a configured ratio, with
+// no time measured on any device.
+func (a *Agent) simulated() bool { return a.cfg.Worker.Backend == v1.BackendSim }
+
+// probeStatus is the lane's probes as the placement reports them; a simulated probe reports its
+// ratio only, never times as if measured.
+func probeStatus(probes map[int]probe, simulated bool) []v1.ProbeMeasurement {
 	var out []v1.ProbeMeasurement
 	for rung, p := range probes {
-		out = append(out, v1.ProbeMeasurement{Rung: v1.Rung(rung), DeviceMicroseconds: p.device.Microseconds(),
-			CPUMicroseconds: p.cpu.Microseconds(), Ratio: fmt.Sprintf("%.2f", p.ratio()), WorkerGeneration: p.gen})
+		m := v1.ProbeMeasurement{Rung: v1.Rung(rung), Simulated: simulated, Ratio: fmt.Sprintf("%.2f", p.ratio()), WorkerGeneration: p.gen}
+		if !simulated {
+			m.DeviceMicroseconds, m.CPUMicroseconds = p.device.Microseconds(), p.cpu.Microseconds()
+		}
+		out = append(out, m)
 	}
 	slices.SortFunc(out, func(x, y v1.ProbeMeasurement) int { return int(x.Rung - y.Rung) })
 	return out

@@ -174,7 +174,8 @@ func (r *reconciler) load(ctx context.Context, l *lane, p *v1.LanePlacement, ide
 	a.mu.Lock()
 	l.key, l.spec, l.identity = key, p.Spec, identity
 	l.api = httpapi.Lane{Namespace: p.Namespace, Name: p.Spec.Lane, Key: key, Model: identity.Spec.Model.Name, Task: string(p.Spec.Task),
-		Device: string(p.Spec.Device), Rungs: rungs(p.Spec.Rungs), Ceiling: int(p.Spec.Ceiling),
+		// The device an answer names is the backend that computes it: sim for the stand-in.
+		Device: string(a.cfg.Worker.Backend), Rungs: rungs(p.Spec.Rungs), Ceiling: int(p.Spec.Ceiling),
 		Dimensions: int(identity.Spec.Model.EmbeddingDimensions), VectorSpace: identity.Spec.VectorSpaceID,
 		Deadline: time.Duration(p.Spec.RequestDeadlineSeconds) * time.Second,
 		Resident: func() []int { snap, _ := a.sup.Snapshot(key); return snap.Resident }}

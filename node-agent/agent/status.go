@@ -125,7 +125,7 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 	}
 	state, loaded, supKey, failure := l.state, l.loaded, l.key, l.failure
 	verifyReason, verifyMessage, verified := l.verifyReason, l.verifyMessage, l.verified
-	probes := probeStatus(l.probes)
+	probes := probeStatus(l.probes, a.simulated())
 	a.mu.Unlock()
 
 	now := metav1.NewTime(a.cfg.Clock.Now().Truncate(time.Second))
@@ -137,6 +137,8 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 	}
 	st.ResidentShapes, st.CachedShapes, st.Compile, st.Prewarm = toRungs(snap.Resident), toRungs(snap.Cached), nil, nil
 	st.Probes = probes
+	st.Backend = a.cfg.Worker.Backend
+	st.WorkerWarnings = a.warningStatus(laneKey(p.Spec, p.Namespace))
 	if loaded {
 		st.WorkerGeneration = snap.Generation
 		if c := snap.Admitting; c != nil {

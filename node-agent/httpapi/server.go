@@ -43,7 +43,9 @@ type Lane struct {
 	// model it serves.
 	Namespace, Name, Key, Model string
 	Task                        string
-	Device                      string
+	// Device is the worker backend that computes the lane's answers, as every answer says it:
+	// ane (the Neural Engine) or sim (the stand-in), never the lane's device for the stand-in.
+	Device string
 	// Rungs are the lane's buckets, ascending; Ceiling the longest input it takes.
 	Rungs      []int
 	Ceiling    int

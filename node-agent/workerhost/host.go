@@ -74,6 +74,16 @@ type Config struct {
 type Host struct {
 	mu  sync.Mutex
 	cfg Config
+	// onLine, if set, sees every stderr line of every worker (see OnStderr).
+	onLine func(lane string, gen int64, line string)
+}
+
+// OnStderr makes every stderr line of the workers started from now on reach f as well as the
+// log, so that the agent can tell a worker's warnings from its progress lines and report them.
+func (h *Host) OnStderr(f func(lane string, gen int64, line string)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.onLine = f
 }
 
 // InheritLock makes every worker started from now on inherit the lane lock f.
@@ -100,7 +110,7 @@ func New(cfg Config) *Host {
 // Spawn starts generation gen of spec's worker, says hello and loads the model.
 func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) (supervisor.Worker, []int, error) {
 	h.mu.Lock()
-	cfg := h.cfg
+	cfg, onLine := h.cfg, h.onLine
 	h.mu.Unlock()
 	args := []string{"--backend", cfg.Backend, "--state-dir", cfg.StateDir, "--sim-scale", fmt.Sprint(cfg.SimScale)}
 	if cfg.SigningIdentifier != "" {
@@ -136,6 +146,9 @@ func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) 
 	p := &Process{cmd: cmd, stdin: stdin, r: protocol.NewReader(stdout, 0), w: protocol.NewWriter(stdin, 0),
 		exited: make(chan struct{}), log: log, cfg: cfg}
 	stderrDone := make(chan struct{})
+	if onLine != nil {
+		p.onLine = func(line string) { onLine(spec.Lane, gen, line) }
+	}
 	go p.logStderr(stderr, stderrDone)
 	go func() {
 		<-stderrDone // read everything the worker said before reaping it
@@ -207,9 +220,10 @@ type Process struct {
 	exited  chan struct{}
 	waitErr error
 
-	mu    sync.Mutex
-	tail  []string // the last stderr lines, for error messages
-	close sync.Once
+	mu     sync.Mutex
+	tail   []string // the last stderr lines, for error messages
+	close  sync.Once
+	onLine func(line string)
 }
 
 func (p *Process) logStderr(r io.Reader, done chan<- struct{}) {
@@ -218,6 +232,9 @@ func (p *Process) logStderr(r io.Reader, done chan<- struct{}) {
 	for sc.Scan() {
 		line := sc.Text()
 		p.log.Info(line)
+		if p.onLine != nil {
+			p.onLine(line)
+		}
 		p.mu.Lock()
 		p.tail = append(p.tail, line)
 		if len(p.tail) > 5 {

@@ -73,7 +73,7 @@ func startFleet(b *testing.B, lanes int) (*localfleet.Fleet, []string) {
 	b.Cleanup(func() { _ = f.Stop() })
 	d := f.WorkerDigest
 	id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: v1.CertifiedIdentitySpec{
-		Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: d, ProtocolVersion: 3},
+		Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: d, ProtocolVersion: 3, Backend: v1.BackendSim},
 		Model:            v1.ModelIdentity{Name: "bench", Revision: "1", CheckpointDigest: d, Layers: 1, HiddenSize: dims, EmbeddingDimensions: dims},
 		ConversionPolicy: v1.ConversionPolicy{Name: "p", Digest: d}, MacOSBuild: "25B78", VectorSpaceID: "bench"}}
 	if err := f.Client.Create(ctx, id); err != nil {

@@ -111,7 +111,7 @@ func createIdentityOf(name, model, rev string) *v1.CertifiedIdentity {
 	GinkgoHelper()
 	digest := fleet.WorkerDigest
 	id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.CertifiedIdentitySpec{
-		Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
+		Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
 		Model:            v1.ModelIdentity{Name: model, Revision: rev, CheckpointDigest: digest, Layers: layers, HiddenSize: 64, EmbeddingDimensions: dims},
 		ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: digest}, MacOSBuild: "25B78", VectorSpaceID: model + "/" + rev}}
 	Expect(kube.Create(ctx, id)).To(Succeed())

@@ -95,7 +95,7 @@ func BenchmarkPlacementAtScale(b *testing.B) {
 
 	digest := v1.Sha256Digest(fmt.Sprintf("sha256:%064x", 42))
 	id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "gte"}, Spec: v1.CertifiedIdentitySpec{
-		Worker: v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
+		Worker: v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
 		Model: v1.ModelIdentity{Name: "gte", Revision: "r", Layers: layers, HiddenSize: 768, EmbeddingDimensions: 768,
 			CheckpointDigest: digest}, ConversionPolicy: v1.ConversionPolicy{Name: "p", Digest: digest}, MacOSBuild: "25B78", VectorSpaceID: "gte"}}
 	if err := te.Client.Create(ctx, id); err != nil {
@@ -107,7 +107,7 @@ func BenchmarkPlacementAtScale(b *testing.B) {
 			b.Fatal(err)
 		}
 		n.Status = v1.MacNodeStatus{Platform: v1.Platform{MacOSBuild: "25B78"},
-			Worker:   v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
+			Worker:   v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
 			Capacity: v1.ExecutableBudget{LayerExecutables: budget},
 			Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady,
 				LastTransitionTime: metav1.Now()}}}

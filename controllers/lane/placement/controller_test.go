@@ -56,7 +56,7 @@ func newIdentity() *v1.CertifiedIdentity {
 	id := &v1.CertifiedIdentity{
 		ObjectMeta: metav1.ObjectMeta{Name: unique("gte")},
 		Spec: v1.CertifiedIdentitySpec{
-			Worker: v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: workerDigest, ProtocolVersion: 3},
+			Worker: v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: workerDigest, ProtocolVersion: 3, Backend: v1.BackendSim},
 			Model: v1.ModelIdentity{Name: "gte-modernbert-base", Revision: "e7f32e3", Layers: 22, HiddenSize: 768, EmbeddingDimensions: 768,
 				CheckpointDigest: "sha256:0d3b4c1f8e2a7b6c5d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e"},
 			ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: "sha256:9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0"},
