@@ -34,7 +34,7 @@ const digest = v1.Sha256Digest("sha256:00000000000000000000000000000000000000000
 
 func testIdentity(name string, layers int32) *v1.CertifiedIdentity {
 	return &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.CertifiedIdentitySpec{
-		Worker:     v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
+		Worker:     v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
 		Model:      v1.ModelIdentity{Name: name, Layers: layers},
 		MacOSBuild: "25B78"}}
 }
@@ -43,7 +43,7 @@ func testNode(name string, mutate ...func(*v1.MacNode)) *v1.MacNode {
 	n := &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "a"}},
 		Status: v1.MacNodeStatus{
 			Platform:   v1.Platform{MacOSBuild: "25B78"},
-			Worker:     v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3},
+			Worker:     v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
 			Capacity:   v1.ExecutableBudget{LayerExecutables: 100},
 			Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AgentReady"}}}}
 	for _, m := range mutate {
