@@ -101,7 +101,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		Message: fmt.Sprintf("%d MacNodes run this worker on macOS %s", matching, id.Spec.MacOSBuild), ObservedGeneration: id.Generation, LastTransitionTime: now}
 	if matching == 0 {
 		matched.Status, matched.Reason = metav1.ConditionFalse, v1.IdentityReasonNoMatchingNode
-		matched.Message = fmt.Sprintf("no MacNode runs worker %s (%s) on macOS %s", id.Spec.Worker.SigningIdentifier, id.Spec.Worker.BinaryDigest, id.Spec.MacOSBuild)
+		matched.Message = fmt.Sprintf("no MacNode runs worker %s (%s) on the %s backend on macOS %s", id.Spec.Worker.SigningIdentifier, id.Spec.Worker.BinaryDigest, id.Spec.Worker.Backend, id.Spec.MacOSBuild)
 	}
 	meta.SetStatusCondition(&id.Status.Conditions, matched)
 	ready := matched

@@ -229,8 +229,8 @@ func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *
 	case len(kept) == want:
 		return kept, v1.LaneReasonPlaced, fmt.Sprintf("%d of %d replicas placed", len(kept), want), nil
 	case res.matching == 0:
-		return kept, v1.LaneReasonNoMatchingNode, fmt.Sprintf("no MacNode runs worker %s (%s) on macOS %s, as identity %s requires",
-			identity.Spec.Worker.SigningIdentifier, identity.Spec.Worker.BinaryDigest, identity.Spec.MacOSBuild, identity.Name), nil
+		return kept, v1.LaneReasonNoMatchingNode, fmt.Sprintf("no MacNode runs worker %s (%s) on the %s backend on macOS %s, as identity %s requires",
+			identity.Spec.Worker.SigningIdentifier, identity.Spec.Worker.BinaryDigest, identity.Spec.Worker.Backend, identity.Spec.MacOSBuild, identity.Name), nil
 	case res.selected == 0:
 		return kept, v1.LaneReasonSelectorMatchesNothing, fmt.Sprintf("%d MacNodes match the identity but none matches spec.nodeSelector", res.matching), nil
 	case res.short > 0:
