@@ -171,6 +171,8 @@ func (g *Graph) Attention(name string, q, k, v, mask Value, a Attention) Value {
 	no := b.boolean(n("false"), false)
 	sc := b.scalar(n("scale"), scale)
 	scores := b.op(scores4, n("scores"), fmt.Sprintf("matmul(transpose_x = %s, transpose_y = %s, x = %s, y = %s)", no, yes, qn, kn))
+	b.work = append(b.work, matmulWork{Matmul: Matmul{M: seq, N: seq, K: d, Count: h, TransB: true}},
+		matmulWork{Matmul: Matmul{M: seq, N: d, K: seq, Count: h}})
 	scaled := b.op(scores4, n("scaled"), fmt.Sprintf("mul(x = %s, y = %s)", scores, sc))
 	logits := b.op(scores4, n("masked"), fmt.Sprintf("add(x = %s, y = %s)", scaled, mask.name))
 	if a.Causal || a.Window > 0 {

@@ -54,6 +54,35 @@ type op struct {
 	lines []string
 	out   Value
 	eval  func(env map[string][]float32, p precision) []float32
+	work  []matmulWork
+}
+
+// Matmul is one matrix product a program computes: C[M×N] = A[M×K]·B[K×N] (B stored N×K when
+// TransB), Count times (once per head). A holds a projection's weights, row-major, as fp16
+// holds them; it is nil for a product of two activations.
+type Matmul struct {
+	M, N, K, Count int
+	TransB         bool
+	A              []float32
+}
+
+type matmulWork struct {
+	Matmul
+	weights stored
+}
+
+// Matmuls is the program's matrix work, which is nearly all of its arithmetic: what the CPU
+// side of the placement probe runs through a BLAS.
+func (g *Graph) Matmuls() []Matmul {
+	var out []Matmul
+	for _, o := range g.ops {
+		for _, w := range o.work {
+			m := w.Matmul
+			m.A = w.weights.values()
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Graph builds one per-layer program and, from the same description, its CPU reference: the
@@ -103,10 +132,11 @@ func (g *Graph) reserve(n string) string {
 	return n
 }
 
-// block collects one operation's MIL statements.
+// block collects one operation's MIL statements and matrix work.
 type block struct {
 	g     *Graph
 	lines []string
+	work  []matmulWork
 }
 
 func (g *Graph) block() *block { return &block{g: g} }
@@ -193,7 +223,7 @@ func joinInts(vals []int) string {
 func (g *Graph) tensor(c int) string { return t4(1, c, 1, g.seq) }
 
 func (g *Graph) add(b *block, out Value, eval func(env map[string][]float32, p precision) []float32) Value {
-	g.ops = append(g.ops, op{lines: b.lines, out: out, eval: eval})
+	g.ops = append(g.ops, op{lines: b.lines, out: out, eval: eval, work: b.work})
 	return out
 }
 
@@ -215,6 +245,7 @@ func (g *Graph) Linear(name string, x Value, out int, weights []float32) Value {
 	b.op(g.tensor(out), name, fmt.Sprintf("conv(dilations = %s, groups = %s, pad = %s, pad_type = %s, strides = %s, weight = %s, x = %s)",
 		dil, groups, pads, pad, strides, wname, x.name))
 	in, seq := x.channels, g.seq
+	b.work = append(b.work, matmulWork{Matmul: Matmul{M: out, N: seq, K: in, Count: 1}, weights: wref})
 	return g.add(b, Value{name: name, channels: out}, func(env map[string][]float32, p precision) []float32 {
 		xs, y, w := env[x.name], make([]float32, out*seq), wref.values()
 		// Each output channel accumulates over the inputs in a fixed order (so the result

@@ -138,3 +138,41 @@ func TestALayerTheNeuralEngineCannotTakeIsRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestALayersMatrixWorkIsItsProjectionsAndItsAttention(t *testing.T) {
+	const in, out, seq = 16, 8, 64
+	w := weights(in, out, 0.5)
+	g, x := NewGraph(in, seq)
+	y := g.Linear("y", x, out, w)
+	ms := g.Matmuls()
+	if len(ms) != 1 || ms[0].M != out || ms[0].N != seq || ms[0].K != in || ms[0].Count != 1 || ms[0].TransB {
+		t.Fatalf("a linear layer's work: %+v", ms)
+	}
+	// The product of the operands, row-major, is the layer: W (out x in) times x (in x S,
+	// channel-major).
+	xs := make([]float32, in*seq)
+	for i := range xs {
+		xs[i] = float32(i%9-4) / 4
+	}
+	want, err := g.Eval(xs, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range out {
+		for c := range seq {
+			var acc float32
+			for k := range in {
+				acc += ms[0].A[r*in+k] * xs[k*seq+c]
+			}
+			if d := math.Abs(float64(fp16(acc) - want[r*seq+c])); d > 1e-3 {
+				t.Fatalf("C[%d][%d] = %v, the layer gives %v", r, c, acc, want[r*seq+c])
+			}
+		}
+	}
+	g, x = NewGraph(24, seq)
+	g.Attention("attn", g.Slice("q", x, 0, 8), g.Slice("k", x, 8, 16), g.Slice("v", x, 16, 24), g.Mask(), Attention{Heads: 2, KVHeads: 2, HeadDim: 4})
+	want2 := []Matmul{{M: seq, N: seq, K: 4, Count: 2, TransB: true}, {M: seq, N: 4, K: seq, Count: 2}}
+	if got := g.Matmuls(); len(got) != 2 || got[0].M != want2[0].M || got[0].K != 4 || got[0].Count != 2 || !got[0].TransB || got[1].N != 4 || got[1].K != seq || got[1].A != nil {
+		t.Fatalf("attention's work: %+v, want %+v", got, want2)
+	}
+}

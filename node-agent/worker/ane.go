@@ -95,6 +95,10 @@ type ANE struct {
 	Clock  clock.PassiveClock
 	// CompileLimit caps this process's compiles (DefaultCompileLimit if zero).
 	CompileLimit int
+	// CPU is the probe's CPU side (GoReference if nil). On a Mac it is the layers' matrix
+	// work through Accelerate, a CPU path a user could actually run, so the probe's ratio
+	// means what the seed's does (its CPU side is a CPU-only Core ML instance).
+	CPU CPUPath
 
 	mu       sync.Mutex
 	model    *aneartifact.Model
@@ -459,8 +463,21 @@ func (a *ANE) forward(r *aneRung, ids []uint32, rung int) ([]float32, error) {
 	return family.Pool(a.model.Config, x, len(toks), rung), nil
 }
 
+// CPUPath is the CPU side of the placement probe: it readies one layer's work on the CPU for
+// inputs x and mask and returns what runs it once.
+type CPUPath func(ly *aneartifact.Layer, x, mask []float32) (func() error, error)
+
+// GoReference is the CPU path of the Go CPU reference, the golden source: it evaluates the
+// layer's graph.
+func GoReference(ly *aneartifact.Layer, x, mask []float32) (func() error, error) {
+	return func() error {
+		_, err := ly.Graph.EvalMasked(x, mask, ly.Out)
+		return err
+	}, nil
+}
+
 // Probe times the fastest of 5 evaluations of the rung's first and last layers (each its own
-// program) on the device, then the fastest of 5 of the same two layers on the CPU reference,
+// program) on the device, then the fastest of 5 of the same two layers on the CPU path,
 // back to back, on a 16-token input. Two layers rather than the whole stack keep the CPU side
 // to seconds at the larger rungs while still covering both ends of what was compiled.
 func (a *ANE) Probe(ctx context.Context, rung uint32) (device, cpu time.Duration, err error) {
@@ -480,6 +497,16 @@ func (a *ANE) Probe(ctx context.Context, rung uint32) (device, cpu time.Duration
 	}
 	mask := family.KeyMask(len(toks), int(rung))
 	layers := []aneLayer{r.layers[0], r.layers[len(r.layers)-1]}
+	cpuPath := a.CPU
+	if cpuPath == nil {
+		cpuPath = GoReference
+	}
+	runs := make([]func() error, len(layers))
+	for i, l := range layers {
+		if runs[i], err = cpuPath(l.ref, x, mask); err != nil {
+			return 0, 0, &Error{Code: "probe_failed", Message: fmt.Sprintf("readying the CPU side of the probe: %v", err)}
+		}
+	}
 	out := make([]float32, len(x))
 	fastest := func(onDevice bool) (time.Duration, error) {
 		best := time.Duration(math.MaxInt64)
@@ -488,12 +515,12 @@ func (a *ANE) Probe(ctx context.Context, rung uint32) (device, cpu time.Duration
 				return 0, err
 			}
 			start := a.Clock.Now()
-			for _, l := range layers {
+			for i, l := range layers {
 				if onDevice {
 					if err := l.eval(x, mask, out); err != nil {
 						return 0, deviceError(err)
 					}
-				} else if _, err := l.ref.Graph.EvalMasked(x, mask, l.ref.Out); err != nil {
+				} else if err := runs[i](); err != nil {
 					return 0, err
 				}
 			}

@@ -23,6 +23,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/ane"
+	"github.com/ck-synapse/synapse-fleet/node-agent/ane/accelerate"
+	"github.com/ck-synapse/synapse-fleet/node-agent/aneartifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
 )
 
@@ -33,7 +35,18 @@ func NewANE() (Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ANE{Device: device{r: r}, Clock: clock.RealClock{}}, nil
+	blas, err := accelerate.Open()
+	if err != nil {
+		return nil, fmt.Errorf("the placement probe's CPU side: %w", err)
+	}
+	return &ANE{Device: device{r: r}, Clock: clock.RealClock{}, CPU: accelerateCPU(blas)}, nil
+}
+
+// accelerateCPU runs a layer's matrix work through Accelerate's cblas_sgemm.
+func accelerateCPU(blas *accelerate.BLAS) CPUPath {
+	return func(ly *aneartifact.Layer, _, _ []float32) (func() error, error) {
+		return blas.Prepare(ly.Graph.Matmuls()).Run, nil
+	}
 }
 
 // device is the Neural Engine through package ane.

@@ -481,3 +481,36 @@ func TestInputsAreBoundByTheNamesTheDeviceReports(t *testing.T) {
 		t.Fatalf("the loaded layer was not unloaded: %v", calls)
 	}
 }
+
+// TestTheProbeTimesTheCPUPathItIsGiven: the probe readies its CPU side for the rung's first
+// and last layers and times that path, not the Go reference, when one is given; a path that
+// cannot be readied fails the probe by name.
+func TestTheProbeTimesTheCPUPathItIsGiven(t *testing.T) {
+	dir, m := tinyArtifact(t)
+	d := newFakeANE()
+	ids := layerIDs(t, d, m, 64)
+	var readied []string
+	runs := 0
+	a := &worker.ANE{Device: d, Clock: clock.RealClock{}, CPU: func(ly *aneartifact.Layer, x, mask []float32) (func() error, error) {
+		readied = append(readied, ly.Program.Digest()[7:19])
+		if len(x) != 32*64 || len(mask) != 64 {
+			return nil, fmt.Errorf("inputs of %d and %d values", len(x), len(mask))
+		}
+		return func() error { runs++; return nil }, nil
+	}}
+	loadANE(t, a, dir)
+	if _, err := a.Admit(context.Background(), 64); err != nil {
+		t.Fatal(err)
+	}
+	device, cpu, err := a.Probe(context.Background(), 64)
+	if err != nil || device <= 0 || cpu <= 0 {
+		t.Fatalf("probe: %v %v %v", device, cpu, err)
+	}
+	if !slices.Equal(readied, []string{ids[0], ids[2]}) || runs != 10 {
+		t.Fatalf("the CPU path was readied for %v and run %d times; want the first and last layers, 5 runs each", readied, runs)
+	}
+	a.CPU = func(*aneartifact.Layer, []float32, []float32) (func() error, error) { return nil, errors.New("no BLAS") }
+	if _, _, err := a.Probe(context.Background(), 64); !isCode(err, "probe_failed") {
+		t.Fatalf("a CPU path that cannot be readied: %v", err)
+	}
+}
