@@ -509,7 +509,9 @@ func TestTheProbeTimesTheCPUPathItIsGiven(t *testing.T) {
 	if !slices.Equal(readied, []string{ids[0], ids[2]}) || runs != 10 {
 		t.Fatalf("the CPU path was readied for %v and run %d times; want the first and last layers, 5 runs each", readied, runs)
 	}
-	a.CPU = func(*aneartifact.Layer, []float32, []float32) (func() error, error) { return nil, errors.New("no BLAS") }
+	a.CPU = func(*aneartifact.Layer, []float32, []float32) (func() error, error) {
+		return nil, errors.New("no BLAS")
+	}
 	if _, _, err := a.Probe(context.Background(), 64); !isCode(err, "probe_failed") {
 		t.Fatalf("a CPU path that cannot be readied: %v", err)
 	}
