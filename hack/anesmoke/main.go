@@ -14,21 +14,72 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Command anesmoke is `make ane-smoke`: run by a Mac owner on real hardware, it compiles one
-// tiny transformer layer (a Qwen3-style layer with random weights: norms, grouped-query
-// attention with the rotary embedding, a SwiGLU MLP) on the Neural Engine, checks that aned
-// holds it on a second build of the same program, evaluates it against the CPU reference, and
-// prints the timings. Anywhere else it says why it cannot run.
+// Command anesmoke is `make ane-smoke`: a diagnostic ladder a Mac owner runs on real hardware,
+// stopping at the first stage that fails and saying why, with the framework's NSError domain,
+// code and description:
+//
+//  1. environment: macOS build, chip, virtual machine or not, the compiler's temporary folder
+//     against TMPDIR, this binary's and the worker's signing identifiers, the launchd domain;
+//  2. one linear layer compiled, loaded, evaluated against the CPU reference;
+//  3. the loaded model's attributes (input symbols, indices, strides) and a two-input program
+//     proving the binding;
+//  4. each operation form the families use, alone;
+//  5. one full-size layer of each catalog family at 128 and 512 positions, with the probe's
+//     device, Go reference and Accelerate timings;
+//  6. a second process finding every program in aned's cache and loading it without compiling.
+//
+// It prints a table and writes a JSON report to attach to a bug. Anywhere but macOS on Apple
+// silicon it says why it cannot run.
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
+	"time"
 )
 
+// options are the command's flags.
+type options struct {
+	report      string
+	worker      string
+	budget      int
+	callTimeout time.Duration
+	// cacheCheck: this process is stage 6's second process; it writes its findings to stdout.
+	cacheCheck bool
+}
+
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "ane-smoke:", err)
+	var o options
+	var show string
+	flag.StringVar(&o.report, "report", "ane-smoke-report.json", "where to write the JSON report")
+	flag.StringVar(&o.worker, "worker", "/usr/local/bin/synapse-ane-worker", "the worker binary whose signing identifier to report (skipped if absent)")
+	flag.IntVar(&o.budget, "compile-budget", 60, "the most programs this run compiles (the per-process limit is about 119)")
+	flag.DurationVar(&o.callTimeout, "call-timeout", 2*time.Minute, "the bound on one framework call (a full-size compile takes up to about 16 s)")
+	flag.BoolVar(&o.cacheCheck, "cache-check", false, "internal: run as stage 6's second process")
+	flag.StringVar(&show, "print", "", "print the table of a report written earlier (by the LaunchDaemon run, say) and exit")
+	flag.Parse()
+	if show != "" {
+		rep, err := readReport(show)
+		if err != nil {
+			fail(err)
+		}
+		printTable(os.Stdout, rep)
+		if !rep.Passed {
+			os.Exit(1)
+		}
+		return
+	}
+	passed, err := run(o)
+	if err != nil {
+		fail(err)
+	}
+	if !passed {
 		os.Exit(1)
 	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "ane-smoke:", err)
+	os.Exit(2)
 }

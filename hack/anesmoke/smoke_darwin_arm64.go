@@ -17,143 +17,296 @@ limitations under the License.
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
+	"strings"
 	"time"
 
-	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 	"github.com/ck-synapse/synapse-fleet/node-agent/ane"
-	"github.com/ck-synapse/synapse-fleet/node-agent/family"
+	"github.com/ck-synapse/synapse-fleet/node-agent/ane/accelerate"
 )
 
-// weights adapts the tiny model's tensors to family.Weights.
-type weights map[string][]float32
-
-func (w weights) Tensor(name string, shape ...int) ([]float32, error) {
-	v, ok := w[name]
-	if !ok {
-		return nil, fmt.Errorf("no tensor %s", name)
-	}
-	return v, nil
+// ladder is one run's state.
+type ladder struct {
+	o       options
+	r       *ane.Runtime
+	blas    *accelerate.BLAS
+	blasErr error
+	budget  *budget
+	// ids are the content identifiers of the programs this run loaded, by name: stage 6's
+	// second process must find the same ones in aned's cache.
+	ids map[string]string
 }
 
-func run() error {
-	r, err := ane.Open()
-	if err != nil {
-		return err
+func run(o options) (bool, error) {
+	ane.CallTimeout = o.callTimeout
+	if o.cacheCheck {
+		return cacheCheck()
 	}
-	c := tinymodel.Qwen3()
-	w := weights{}
-	for name, t := range tinymodel.Weights(c, 1, 1) {
-		w[name] = t.Values
+	rep := &Report{Schema: ReportSchema, Started: time.Now()}
+	r, openErr := ane.Open()
+	rep.Environment = environment(r, o)
+	l := &ladder{o: o, r: r, budget: &budget{limit: o.budget}, ids: map[string]string{}}
+	l.blas, l.blasErr = accelerate.Open()
+	runLadder(rep, []stage{
+		{"environment", func(s *StageResult) error {
+			summary, warnings, err := checkEnvironment(rep.Environment, openErr)
+			s.Detail, rep.Environment.Warnings = summary, warnings
+			return err
+		}},
+		{"one linear layer", func(s *StageResult) error { return l.programs(s, 2, false) }},
+		{"attributes and a two-input program", func(s *StageResult) error { return l.programs(s, 3, false) }},
+		{"each operation form alone", func(s *StageResult) error { return l.programs(s, 4, true) }},
+		{"a full layer of each family at 128 and 512", func(s *StageResult) error { return l.programs(s, 5, false) }},
+		{"a second process finds them in aned's cache", l.secondProcess},
+	}, time.Now)
+	rep.Compiles = l.budget.used
+	printTable(os.Stdout, rep)
+	if err := writeReport(o.report, rep); err != nil {
+		return rep.Passed, fmt.Errorf("writing the report: %w", err)
 	}
-	const seq = 64
-	g, y, err := family.Layer(c, 0, seq, w)
-	if err != nil {
-		return err
-	}
-	p, err := g.Program(y)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("program: %d bytes of MIL, %d bytes of weights, digest %s\n", len(p.Text), len(p.Weights), p.Digest())
+	fmt.Println("report:", o.report)
+	return rep.Passed, nil
+}
 
-	m, err := r.NewModel(p)
+// programs compiles (unless aned holds it), loads, binds and evaluates every program of a
+// stage against its CPU reference. all: run them all and fail after; otherwise stop at the
+// first failure.
+func (l *ladder) programs(s *StageResult, stageNo int, all bool) error {
+	var first error
+	for _, spec := range specs() {
+		if spec.stage != stageNo {
+			continue
+		}
+		before := l.budget.used
+		c, raw, err := l.check(spec, stageNo == 5)
+		s.Compiles += l.budget.used - before
+		c.Error = describe(err)
+		s.Checks = append(s.Checks, c)
+		if stageNo == 3 && raw != nil {
+			s.Attributes = raw
+		}
+		if err != nil {
+			if first == nil {
+				first = fmt.Errorf("%s: %w", spec.name, err)
+			}
+			if !all {
+				return first
+			}
+		}
+	}
+	if first != nil {
+		return first
+	}
+	last := s.Checks[len(s.Checks)-1]
+	s.Detail = fmt.Sprintf("%d programs match the CPU reference (largest difference %.4f)", len(s.Checks), worstDiff(s.Checks))
+	if stageNo == 2 || stageNo == 3 {
+		s.Detail = fmt.Sprintf("%s; %s", s.Detail, last.Detail)
+	}
+	return nil
+}
+
+func worstDiff(cs []Check) float64 {
+	var w float64
+	for _, c := range cs {
+		w = max(w, c.MaxDiff)
+	}
+	return w
+}
+
+// check runs one program through the whole path. probe: also time the Go reference and
+// Accelerate, the probe's two CPU sides.
+func (l *ladder) check(spec programSpec, probe bool) (Check, map[string]any, error) {
+	c := Check{Name: spec.name, Status: Failed}
+	p, err := spec.build()
 	if err != nil {
-		return err
+		return c, nil, err
+	}
+	m, err := l.r.NewModel(p.prog)
+	if err != nil {
+		return c, nil, err
 	}
 	defer m.Close()
-	cached, err := m.Cached()
-	if err != nil {
-		return err
+	c.Identifier = m.Identifier()
+	if c.Cached, err = m.Cached(); err != nil {
+		return c, nil, err
 	}
-	fmt.Printf("identifier %s, held by aned before this run: %t\n", m.Identifier(), cached)
-	if !cached {
+	if !c.Cached {
+		if err := l.budget.take(1); err != nil {
+			return c, nil, err
+		}
 		start := time.Now()
 		if err := m.Compile(); err != nil {
-			return err
+			return c, nil, err
 		}
-		fmt.Printf("compile: %v\n", time.Since(start))
+		c.CompileMS = ms(time.Since(start))
 	}
 	start := time.Now()
 	if err := m.Load(); err != nil {
-		return err
+		return c, nil, err
 	}
-	fmt.Printf("load: %v\n", time.Since(start))
-
-	x := make([]float32, c.Hidden*seq)
-	for i := range x {
-		x[i] = float32(math.Sin(float64(i))) / 2
-	}
-	mask := family.KeyMask(40, seq)
-	want, err := g.EvalMasked(x, mask, y)
-	if err != nil {
-		return err
-	}
+	c.LoadMS = ms(time.Since(start))
+	defer m.Unload()
+	l.ids[spec.name] = c.Identifier
+	raw, _ := m.RawAttributes()
 	attrs, err := m.Attributes()
 	if err != nil {
-		return err
+		return c, raw, err
 	}
-	b, err := attrs.Bind(p)
+	b, err := attrs.Bind(p.prog)
 	if err != nil {
-		return err
+		return c, raw, err
 	}
 	ev, err := m.NewEvaluator(b)
 	if err != nil {
-		return err
+		return c, raw, err
 	}
 	defer ev.Close()
 	var inputs [][]float32
+	var bound []string
 	for _, in := range b.Inputs {
-		inputs = append(inputs, map[string][]float32{"x": x, "mask": mask}[in.Port.Name])
+		inputs = append(inputs, p.inputs[in.Port.Name])
+		lay := in.Symbol.Layout
+		bound = append(bound, fmt.Sprintf("%s=symbol %d (%q, plane stride %d, reported %t)", in.Port.Name, in.Symbol.Index, in.Symbol.Name, lay.PlaneStride, lay.Reported))
 	}
-	got := make([]float32, len(want))
-	device, cpu := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
-	for range 5 {
-		start := time.Now()
-		if err := ev.Eval(inputs, got); err != nil {
-			return err
+	got := make([]float32, p.prog.Output.Values())
+	device, err := fastest(5, func() error { return ev.Eval(inputs, got) })
+	if err != nil {
+		return c, raw, err
+	}
+	c.DeviceMS = ms(device)
+	var want []float32
+	cpu, err := fastest(1, func() (err error) { want, err = p.reference(); return err })
+	if err != nil {
+		return c, raw, err
+	}
+	c.CPUMS = ms(cpu)
+	c.Detail = fmt.Sprintf("bound %s; output %q", strings.Join(bound, ", "), b.Output.Symbol.Name)
+	if probe {
+		if l.blas == nil {
+			return c, raw, fmt.Errorf("the probe's CPU side: %w", l.blasErr)
 		}
-		device = min(device, time.Since(start))
-		start = time.Now()
-		if _, err := g.EvalMasked(x, mask, y); err != nil {
-			return err
+		work := l.blas.Prepare(p.graph.Matmuls())
+		blas, err := fastest(3, work.Run)
+		if err != nil {
+			return c, raw, err
 		}
-		cpu = min(cpu, time.Since(start))
+		c.BLASMS = ms(blas)
+		c.Detail = fmt.Sprintf("device %.2f ms, Go reference %.1f ms, Accelerate %.2f ms: probe ratio %.2f (the probe refuses over 0.8)",
+			c.DeviceMS, c.CPUMS, c.BLASMS, c.DeviceMS/c.BLASMS)
 	}
-	var worst float64
-	for i := range got {
-		worst = max(worst, math.Abs(float64(got[i]-want[i])))
+	var ok bool
+	if c.MaxDiff, ok = compare(got, want); !ok {
+		if math.IsInf(c.MaxDiff, 1) {
+			return c, raw, errors.New("the device gave NaN or infinity")
+		}
+		return c, raw, fmt.Errorf("the device differs from the CPU reference by %.4f", c.MaxDiff)
 	}
-	fmt.Printf("evaluate: fastest of 5 on the device %v, on the CPU reference %v (ratio %.2f); largest difference %.5f\n",
-		device, cpu, float64(device)/float64(cpu), worst)
-	if err := m.Unload(); err != nil {
-		return err
-	}
+	c.Status = Passed
+	return c, raw, nil
+}
 
-	again, err := r.NewModel(p)
+// fastest is the fastest of n runs of f.
+func fastest(n int, f func() error) (time.Duration, error) {
+	best := time.Duration(math.MaxInt64)
+	for range n {
+		start := time.Now()
+		if err := f(); err != nil {
+			return 0, err
+		}
+		best = min(best, time.Since(start))
+	}
+	return best, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// secondProcess runs this binary again as stage 6's second process, bounded in time, and
+// checks it found every program this run loaded in aned's cache, by the same identifier, and
+// loaded it without compiling.
+func (l *ladder) secondProcess(s *StageResult) error {
+	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	defer again.Close()
-	hit, err := again.Cached()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "--cache-check", "--call-timeout", l.o.callTimeout.String())
+	cmd.Stderr = os.Stderr
+	out, runErr := cmd.Output()
+	var checks []Check
+	if err := json.Unmarshal(out, &checks); err != nil {
+		return fmt.Errorf("the second process (%v) wrote no findings: %w", runErr, err)
+	}
+	s.Checks = checks
+	for _, c := range checks {
+		want, ok := l.ids[c.Name]
+		switch {
+		case !ok:
+			return fmt.Errorf("the second process checked %q, which this run did not load", c.Name)
+		case c.Identifier != want:
+			return fmt.Errorf("%s: the second process built identifier %s, this run %s: the same program must give the same identifier", c.Name, c.Identifier, want)
+		case c.Status != Passed:
+			return fmt.Errorf("%s: %s", c.Name, c.Detail)
+		}
+	}
+	if len(checks) != len(l.ids) {
+		return fmt.Errorf("the second process checked %d programs of %d", len(checks), len(l.ids))
+	}
+	s.Detail = fmt.Sprintf("all %d programs held by aned and loaded without compiling", len(checks))
+	return runErr
+}
+
+// cacheCheck is stage 6's second process: it rebuilds every program of stages 2 to 5, asks
+// aned whether it holds each, loads those it holds without compiling anything, and writes
+// what it found to stdout.
+func cacheCheck() (bool, error) {
+	r, err := ane.Open()
 	if err != nil {
-		return err
+		return false, err
 	}
-	if !hit || again.Identifier() != m.Identifier() {
-		return fmt.Errorf("a second build of the same program: identifier %s, held by aned %t; want %s, held", again.Identifier(), hit, m.Identifier())
+	var checks []Check
+	passed := true
+	for _, spec := range specs() {
+		c := Check{Name: spec.name, Status: Failed}
+		if err := func() error {
+			p, err := spec.build()
+			if err != nil {
+				return err
+			}
+			m, err := r.NewModel(p.prog)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			c.Identifier = m.Identifier()
+			if c.Cached, err = m.Cached(); err != nil {
+				return err
+			}
+			if !c.Cached {
+				return errors.New("aned does not hold it")
+			}
+			start := time.Now()
+			if err := m.Load(); err != nil {
+				return fmt.Errorf("aned holds it but it does not load: %w", err)
+			}
+			c.LoadMS = ms(time.Since(start))
+			c.Detail = fmt.Sprintf("loaded from aned's cache in %.1f ms", c.LoadMS)
+			return m.Unload()
+		}(); err != nil {
+			c.Detail, c.Error, passed = err.Error(), describe(err), false
+		} else {
+			c.Status = Passed
+		}
+		checks = append(checks, c)
 	}
-	start = time.Now()
-	if err := again.Load(); err != nil {
-		return err
+	if err := json.NewEncoder(os.Stdout).Encode(checks); err != nil {
+		return false, err
 	}
-	fmt.Printf("second build: held by aned, loaded without compiling in %v\n", time.Since(start))
-	if err := again.Unload(); err != nil {
-		return err
-	}
-	if worst > 0.05 {
-		return fmt.Errorf("the device differs from the CPU reference by %.4f", worst)
-	}
-	fmt.Println("ane-smoke: passed")
-	return nil
+	return passed, nil
 }

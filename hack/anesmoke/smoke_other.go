@@ -25,6 +25,8 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/ane"
 )
 
-func run() error {
-	return fmt.Errorf("%w: this is %s/%s; run make ane-smoke on a Mac with Apple silicon", ane.ErrUnsupported, runtime.GOOS, runtime.GOARCH)
+// run refuses: the ladder drives the Neural Engine, which only macOS on Apple silicon has.
+func run(options) (bool, error) {
+	return false, fmt.Errorf("%w: this is %s/%s; run make ane-smoke on a Mac with Apple silicon (a virtual machine has no Neural Engine either)",
+		ane.ErrUnsupported, runtime.GOOS, runtime.GOARCH)
 }
