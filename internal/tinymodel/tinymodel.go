@@ -111,7 +111,8 @@ func Weights(c family.Config, seed uint64, scale float64) map[string]aneartifact
 
 // Write writes a checkpoint of c with Weights(c, seed, scale) into dir: config.json in the
 // Hugging Face form, model.safetensors (names under "model.", as a task head's checkpoint has
-// them) and, if tokenizerJSON is not empty, tokenizer.json.
+// them), the sentence-transformers pipeline that says its pooling (modules.json and
+// 1_Pooling/config.json, for c.Pooling) and, if tokenizerJSON is not empty, tokenizer.json.
 func Write(dir string, c family.Config, seed uint64, scale float64, tokenizerJSON []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -140,8 +141,38 @@ func Write(dir string, c family.Config, seed uint64, scale float64, tokenizerJSO
 	if err := aneartifact.WriteFP16(filepath.Join(dir, "model.safetensors"), prefixed); err != nil {
 		return err
 	}
+	if err := writePooling(dir, c); err != nil {
+		return err
+	}
 	if len(tokenizerJSON) > 0 {
 		return os.WriteFile(filepath.Join(dir, "tokenizer.json"), tokenizerJSON, 0o644)
+	}
+	return nil
+}
+
+// writePooling writes the sentence-transformers pipeline of a checkpoint pooled by c.Pooling:
+// the model, its Pooling module, then Normalize.
+func writePooling(dir string, c family.Config) error {
+	modules := []map[string]any{
+		{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+		{"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+		{"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+	}
+	pooling := map[string]any{"word_embedding_dimension": c.Hidden,
+		"pooling_mode_cls_token": c.Pooling == family.PoolCLS, "pooling_mode_mean_tokens": c.Pooling == family.PoolMean,
+		"pooling_mode_max_tokens": false, "pooling_mode_mean_sqrt_len_tokens": false, "pooling_mode_weightedmean_tokens": false,
+		"pooling_mode_lasttoken": c.Pooling == family.PoolLast, "include_prompt": true}
+	for path, v := range map[string]any{"modules.json": modules, filepath.Join("1_Pooling", "config.json"): pooling} {
+		data, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, path)), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, path), data, 0o644); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -153,8 +153,11 @@ func newConvertCommand() *cobra.Command {
 		Short: "Convert a checkpoint (config.json, safetensors, tokenizer.json) into an ane artifact",
 		Long: `Convert reads a ModernBERT or Qwen3 checkpoint directory and writes its ane artifact under
 ROOT/MODEL/REVISION/` + convert.DefaultPolicy.Name + `: the fp16 weights, every layer's MIL program at every rung, the
-tokenizer, and goldens from the CPU reference. The parity gate compares the fp16 programs with
-the same programs in float32; an artifact that fails it is not written.`,
+tokenizer (its truncation and padding recorded and stripped), and goldens from the CPU
+reference. The pooling is the checkpoint's sentence-transformers one. A weight fp16 cannot hold
+is refused by name; the parity gate compares the fp16 programs, at the smallest rung, the
+largest up to 2048 and a sampled one between, with the same layers in float32 on the
+checkpoint's own weights; an artifact that fails it is not written.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Policy = convert.DefaultPolicy
@@ -184,7 +187,7 @@ the same programs in float32; an artifact that fails it is not written.`,
 	f.IntSliceVar(&o.Rungs, "rungs", nil, "the rungs, ascending multiples of 64 (required)")
 	f.StringVar(&o.Platform.ChipFamily, "chip-family", "", "the platform profile's chip family (required)")
 	f.StringVar(&o.Platform.MacOSBuild, "macos-build", "", "the platform profile's macOS build (required)")
-	f.StringVar(&pooling, "pooling", "", "cls, mean or last (default: the family's: cls for ModernBERT, last for Qwen3)")
+	f.StringVar(&pooling, "pooling", "", "cls, mean or last: must agree with the checkpoint's sentence-transformers pooling, and is required for a checkpoint that has none")
 	for _, name := range []string{"root", "model", "revision", "rungs", "chip-family", "macos-build"} {
 		_ = cmd.MarkFlagRequired(name)
 	}

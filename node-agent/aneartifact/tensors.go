@@ -149,17 +149,39 @@ func decode(name string, v safetensors.TensorView, shape []int) ([]float32, erro
 
 // WriteFP16 writes tensors (name to values and shape) as one F16 safetensors file.
 func WriteFP16(path string, tensors map[string]Tensor) error {
+	return Write(path, safetensors.F16, tensors)
+}
+
+// Write writes tensors as one safetensors file of dtype F16, BF16 (truncating, as a checkpoint
+// cast by dropping the low half would hold them) or F32.
+func Write(path string, dtype safetensors.DType, tensors map[string]Tensor) error {
 	views := map[string]safetensors.TensorView{}
 	for name, t := range tensors {
-		data := make([]byte, 2*len(t.Values))
-		for i, x := range t.Values {
-			binary.LittleEndian.PutUint16(data[2*i:], float16.Fromfloat32(x).Bits())
+		var data []byte
+		switch dtype {
+		case safetensors.F16:
+			data = make([]byte, 2*len(t.Values))
+			for i, x := range t.Values {
+				binary.LittleEndian.PutUint16(data[2*i:], float16.Fromfloat32(x).Bits())
+			}
+		case safetensors.BF16:
+			data = make([]byte, 2*len(t.Values))
+			for i, x := range t.Values {
+				binary.LittleEndian.PutUint16(data[2*i:], uint16(math.Float32bits(x)>>16))
+			}
+		case safetensors.F32:
+			data = make([]byte, 4*len(t.Values))
+			for i, x := range t.Values {
+				binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(x))
+			}
+		default:
+			return fmt.Errorf("tensor %s: dtype %s is not written", name, dtype)
 		}
 		shape := make([]uint64, len(t.Shape))
 		for i, d := range t.Shape {
 			shape[i] = uint64(d)
 		}
-		v, err := safetensors.NewTensorView(safetensors.F16, shape, data)
+		v, err := safetensors.NewTensorView(dtype, shape, data)
 		if err != nil {
 			return fmt.Errorf("tensor %s: %w", name, err)
 		}

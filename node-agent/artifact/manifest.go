@@ -110,6 +110,9 @@ type Parity struct {
 	Goldens string `json:"goldens"`
 	// MaxAbsError is the largest difference found.
 	MaxAbsError float64 `json:"maxAbsError"`
+	// Rungs are the rungs the gate ran at (a converted artifact's; a sim artifact's gate runs
+	// at every rung and lists none).
+	Rungs []int `json:"rungs,omitempty"`
 }
 
 var (

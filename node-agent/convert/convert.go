@@ -14,11 +14,13 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package convert turns a checkpoint (safetensors, config.json, tokenizer.json) into an ane
-// artifact under a named, versioned conversion policy: the fp16 weights, every layer's program
+// Package convert turns a checkpoint (safetensors, config.json, tokenizer.json and its
+// sentence-transformers pooling) into an ane artifact under a named, versioned conversion
+// policy: the fp16 weights (a weight fp16 cannot hold is refused by name), every layer's program
 // at every rung, goldens from the CPU reference and a parity gate that compares the fp16
-// programs with the same programs in float32, so an activation fp16 cannot hold fails the
-// conversion instead of reaching a Mac.
+// programs, at several rungs, with the same layers evaluated in float32 on the checkpoint's own
+// weights, so neither the cast of the weights nor an activation fp16 cannot hold reaches a Mac
+// unmeasured.
 package convert
 
 import (
@@ -52,17 +54,31 @@ const ConverterVersion = "ane-convert-2"
 type Policy struct {
 	Name    string `json:"name"`
 	Version int    `json:"version"`
-	// Pooling overrides the family's pooling ("" keeps it: cls for ModernBERT, last for Qwen3).
+	// Pooling, if set, is the pooling the policy requires: the checkpoint's own
+	// sentence-transformers configuration must agree with it, and it is used only for a
+	// checkpoint that has none. "" takes the checkpoint's, and refuses one that says none.
 	Pooling family.Pooling `json:"pooling,omitempty"`
-	// Goldens is how many inputs the parity gate checks, at the smallest rung.
+	// Goldens is how many inputs the parity gate checks at the smallest rung; every other
+	// gated rung checks one input that fills it.
 	Goldens int `json:"goldens"`
-	// ParityMaxAbs bounds the difference between the fp16 programs and the float32
-	// evaluation of the same programs, on the normalised embedding.
+	// ParityMaxAbs bounds the difference, on the normalised embedding, between the fp16
+	// programs and the float32 evaluation of the same programs with the checkpoint's own
+	// weights (as it stores them: F32, BF16 or F16), so both the weights' cast to fp16 and
+	// activations fp16 cannot hold are measured.
 	ParityMaxAbs float64 `json:"parityMaxAbs"`
+	// ParityMaxRung is the largest rung the CPU reference evaluates in reasonable time: the
+	// gate runs at the smallest rung, at the largest rung up to this one, and at ParitySampled
+	// of the rungs between them, chosen by a seed of the policy's version. Larger rungs are not
+	// gated on the CPU (the manifest lists the gated rungs); their programs are re-emitted and
+	// checked like every other, and the placement probe runs on each as it loads.
+	ParityMaxRung int `json:"parityMaxRung"`
+	ParitySampled int `json:"paritySampled"`
 }
 
-// DefaultPolicy is the policy the catalog's artifacts are converted under.
-var DefaultPolicy = Policy{Name: "ane-fp16-v1", Version: 1, Goldens: 3, ParityMaxAbs: 0.02}
+// DefaultPolicy is the policy the catalog's artifacts are converted under. Version 2 gates
+// parity against the checkpoint's own weights at more than the smallest rung, reads the
+// pooling from the checkpoint, and refuses weights fp16 cannot hold.
+var DefaultPolicy = Policy{Name: "ane-fp16-v2", Version: 2, Goldens: 3, ParityMaxAbs: 0.02, ParityMaxRung: 2048, ParitySampled: 1}
 
 // Digest identifies the policy's parameters.
 func (p Policy) Digest() string {
@@ -75,7 +91,8 @@ type Checkpoint struct {
 	Dir     string
 	Config  family.Config
 	Weights *aneartifact.Tensors
-	// Digest covers config.json, tokenizer.json and every safetensors file.
+	// Digest covers config.json, tokenizer.json, the sentence-transformers pooling files and
+	// every safetensors file.
 	Digest string
 	// Tokenizer is the checkpoint's tokenizer.json with its truncation and padding stripped
 	// (nil when the checkpoint has none: its lanes then take token ids only); TokenizerLimits
@@ -84,15 +101,26 @@ type Checkpoint struct {
 	TokenizerLimits tokenizer.Limits
 }
 
-// OpenCheckpoint reads dir's config.json (under policy p's pooling), maps its safetensors
-// files and checks that its tokenizer.json, if any, loads.
+// OpenCheckpoint reads dir's config.json and its sentence-transformers pooling (which policy
+// p's must agree with), maps its safetensors files and checks that its tokenizer.json, if any,
+// loads once its truncation and padding are stripped.
 func OpenCheckpoint(dir string, p Policy) (*Checkpoint, error) {
 	cfgData, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, fmt.Errorf("the checkpoint needs a config.json: %w", err)
 	}
-	cfg, err := family.ParseConfig(cfgData, p.Pooling)
+	cfg, err := family.ParseConfig(cfgData, family.PoolCLS) // the pooling is decided below
 	if err != nil {
+		return nil, err
+	}
+	own, poolingFiles, err := checkpointPooling(dir, cfg.Hidden)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Pooling, err = resolvePooling(own, p.Pooling); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	shards, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
@@ -101,7 +129,7 @@ func OpenCheckpoint(dir string, p Policy) (*Checkpoint, error) {
 	}
 	slices.Sort(shards)
 	ck := &Checkpoint{Dir: dir, Config: cfg}
-	files := append([]string{filepath.Join(dir, "config.json")}, shards...)
+	files := append(append([]string{filepath.Join(dir, "config.json")}, shards...), poolingFiles...)
 	if tk := filepath.Join(dir, aneartifact.TokenizerFile); exists(tk) {
 		data, err := os.ReadFile(tk)
 		if err != nil {
@@ -121,7 +149,11 @@ func OpenCheckpoint(dir string, p Policy) (*Checkpoint, error) {
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(h, "%s %s\n", filepath.Base(f), sum)
+		rel, err := filepath.Rel(dir, f)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(h, "%s %s\n", filepath.ToSlash(rel), sum)
 	}
 	ck.Digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
 	if ck.Weights, err = aneartifact.OpenTensors("model.", shards...); err != nil {
@@ -143,7 +175,23 @@ type Options struct {
 	Policy          Policy
 }
 
-// recorder remembers every tensor the family's programs read.
+// FP16Max is the largest finite fp16 value.
+const FP16Max = 65504
+
+// RangeError refuses a checkpoint weight that fp16 cannot hold: cast, it would become infinite
+// (or be clamped), a different model that no parity gate is sure to catch.
+type RangeError struct {
+	Tensor string
+	Index  int
+	Value  float32
+}
+
+func (e *RangeError) Error() string {
+	return fmt.Sprintf("tensor %s holds %g at index %d, outside fp16's range (±%d): cast to fp16 it would not be that value; the checkpoint is not converted",
+		e.Tensor, e.Value, e.Index, FP16Max)
+}
+
+// recorder remembers every tensor the family's programs read, each checked to fit fp16.
 type recorder struct {
 	w    family.Weights
 	seen map[string]aneartifact.Tensor
@@ -151,10 +199,16 @@ type recorder struct {
 
 func (r *recorder) Tensor(name string, shape ...int) ([]float32, error) {
 	v, err := r.w.Tensor(name, shape...)
-	if err == nil {
-		r.seen[name] = aneartifact.Tensor{Values: v, Shape: shape}
+	if err != nil {
+		return nil, err
 	}
-	return v, err
+	for i, x := range v {
+		if x > FP16Max || x < -FP16Max {
+			return nil, &RangeError{Tensor: name, Index: i, Value: x}
+		}
+	}
+	r.seen[name] = aneartifact.Tensor{Values: v, Shape: shape}
+	return v, nil
 }
 
 // Convert writes the artifact into dst (which must not exist): it is built beside dst and
@@ -224,7 +278,13 @@ func Convert(dst string, ck *Checkpoint, o Options) (m *artifact.Manifest, err e
 	if err != nil {
 		return nil, err
 	}
-	g := newGoldens(c, o.Policy, o.Rungs[0], embed)
+	// The reference the gate compares with: the checkpoint's own weights, as it stores them.
+	original, err := family.NewEmbedder(c, ck.Weights)
+	if err != nil {
+		return nil, err
+	}
+	gated := ParityRungs(o.Rungs, o.Policy)
+	g := newGoldens(c, o.Policy, gated, embed, original)
 	programs := aneartifact.Programs{Rungs: map[string][]aneartifact.ProgramDigest{}}
 	for _, rung := range o.Rungs {
 		for i := range c.Layers {
@@ -242,9 +302,13 @@ func Convert(dst string, ck *Checkpoint, o Options) (m *artifact.Manifest, err e
 			}
 			programs.Rungs[strconv.Itoa(rung)] = append(programs.Rungs[strconv.Itoa(rung)], aneartifact.ProgramDigest{
 				Layer: i, MIL: name, MILSHA: aneartifact.SHA256([]byte(p.Text)), WeightsSHA: aneartifact.SHA256(p.Weights)})
-			if rung == o.Rungs[0] {
-				if err := g.step(graph, y); err != nil {
-					return nil, fmt.Errorf("layer %d: %w", i, err)
+			if slices.Contains(gated, rung) {
+				ref, refY, err := family.OriginalLayer(c, i, rung, ck.Weights)
+				if err != nil {
+					return nil, err
+				}
+				if err := g.step(rung, graph, y, ref, refY); err != nil {
+					return nil, fmt.Errorf("layer %d at rung %d: %w", i, rung, err)
 				}
 			}
 		}
@@ -276,7 +340,7 @@ func Convert(dst string, ck *Checkpoint, o Options) (m *artifact.Manifest, err e
 		// pooling are outside them: the plan is the device's whole by construction. The
 		// placement probe checks it on the machine.
 		ComputePlan: artifact.ComputePlan{NeuralEnginePercent: 100},
-		Parity:      artifact.Parity{Status: "passed", Goldens: aneartifact.GoldensFile, MaxAbsError: maxErr}}
+		Parity:      artifact.Parity{Status: "passed", Goldens: aneartifact.GoldensFile, MaxAbsError: maxErr, Rungs: gated}}
 	if l := ck.TokenizerLimits; !l.Empty() {
 		m.Tokenizer = &artifact.TokenizerRecord{RemovedTruncation: l.Truncation, RemovedPadding: l.Padding}
 	}
@@ -301,50 +365,93 @@ func Convert(dst string, ck *Checkpoint, o Options) (m *artifact.Manifest, err e
 	return m, os.WriteFile(filepath.Join(dir, artifact.ManifestFile), data, 0o644)
 }
 
-// goldens runs the parity inputs through the layers at the smallest rung, in fp16 and in
-// float32, one layer at a time.
-type goldens struct {
-	c        family.Config
-	p        Policy
-	rung     int
-	tokens   [][]int32
-	x16, x32 [][]float32
-	err      error
+// ParityRungs are the rungs the parity gate runs at: the smallest, the largest up to the
+// policy's ParityMaxRung, and ParitySampled of those between, chosen by a seed of the policy's
+// version (so a conversion under one policy always gates the same rungs).
+func ParityRungs(rungs []int, p Policy) []int {
+	gated := []int{rungs[0]}
+	var upTo []int
+	for _, r := range rungs[1:] {
+		if r <= p.ParityMaxRung {
+			upTo = append(upTo, r)
+		}
+	}
+	if len(upTo) == 0 {
+		return gated
+	}
+	between := slices.Clone(upTo[:len(upTo)-1])
+	rand.New(rand.NewPCG(uint64(p.Version), 0x9a7e)).Shuffle(len(between), func(i, j int) { between[i], between[j] = between[j], between[i] })
+	gated = append(append(gated, between[:min(max(p.ParitySampled, 0), len(between))]...), upTo[len(upTo)-1])
+	slices.Sort(gated)
+	return gated
 }
 
-func newGoldens(c family.Config, p Policy, rung int, e *family.Embedder) *goldens {
-	g := &goldens{c: c, p: p, rung: rung}
+// parityCase is one golden input on its way through the layers: in fp16 on the programs, and
+// in float32 with the checkpoint's own weights.
+type parityCase struct {
+	rung    int
+	tokens  []int32
+	x16, xo []float32
+}
+
+// goldens runs the parity inputs through the layers at every gated rung, one layer at a time.
+type goldens struct {
+	c     family.Config
+	p     Policy
+	cases []*parityCase
+	err   error
+}
+
+func newGoldens(c family.Config, p Policy, gated []int, e16, original *family.Embedder) *goldens {
+	g := &goldens{c: c, p: p}
 	r := rand.New(rand.NewPCG(uint64(p.Version), 0x5eed))
-	for i := range max(p.Goldens, 1) {
-		// Lengths from a handful of tokens to the whole rung.
-		n := max(1, min(rung, []int{7, rung / 2, rung}[i%3]))
-		toks := make([]int32, n)
-		for j := range toks {
-			toks[j] = int32(r.IntN(c.Vocab))
+	for _, rung := range gated {
+		// At the smallest rung, lengths from a handful of tokens to the whole rung; at every
+		// other, one input that fills it.
+		lengths := []int{rung}
+		if rung == gated[0] {
+			lengths = nil
+			for i := range max(p.Goldens, 1) {
+				lengths = append(lengths, max(1, min(rung, []int{7, rung / 2, rung}[i%3])))
+			}
 		}
-		x, err := e.Input(toks, rung)
-		if err != nil {
-			g.err = err
-			return g
+		for _, n := range lengths {
+			toks := make([]int32, n)
+			for j := range toks {
+				toks[j] = int32(r.IntN(c.Vocab))
+			}
+			x16, err := e16.Input(toks, rung)
+			if err != nil {
+				g.err = err
+				return g
+			}
+			xo, err := original.InputOriginal(toks, rung)
+			if err != nil {
+				g.err = err
+				return g
+			}
+			g.cases = append(g.cases, &parityCase{rung: rung, tokens: toks, x16: x16, xo: xo})
 		}
-		g.tokens = append(g.tokens, toks)
-		g.x16 = append(g.x16, x)
-		g.x32 = append(g.x32, slices.Clone(x))
 	}
 	return g
 }
 
-func (g *goldens) step(graph *mil.Graph, y mil.Value) error {
+// step runs the cases of rung through one layer: its program's fp16 evaluation and the
+// original-precision evaluation of the same layer.
+func (g *goldens) step(rung int, graph *mil.Graph, y mil.Value, ref *mil.Graph, refY mil.Value) error {
 	if g.err != nil {
 		return g.err
 	}
-	for j, toks := range g.tokens {
-		mask := family.KeyMask(len(toks), g.rung)
+	for _, pc := range g.cases {
+		if pc.rung != rung {
+			continue
+		}
+		mask := family.KeyMask(len(pc.tokens), rung)
 		var err error
-		if g.x16[j], err = graph.EvalMasked(g.x16[j], mask, y); err != nil {
+		if pc.x16, err = graph.EvalMasked(pc.x16, mask, y); err != nil {
 			return err
 		}
-		if g.x32[j], err = graph.EvalExact(g.x32[j], mask, y); err != nil {
+		if pc.xo, err = ref.EvalOriginal(pc.xo, mask, refY); err != nil {
 			return err
 		}
 	}
@@ -352,28 +459,29 @@ func (g *goldens) step(graph *mil.Graph, y mil.Value) error {
 }
 
 // finish pools the outputs and applies the parity gate: every golden's fp16 embedding within
-// ParityMaxAbs of its float32 one, and nothing that is not a number.
+// ParityMaxAbs of the checkpoint's own, and nothing that is not a number.
 func (g *goldens) finish() ([]aneartifact.Golden, float64, error) {
 	var out []aneartifact.Golden
 	var worst float64
-	for j, toks := range g.tokens {
-		e16 := family.Pool(g.c, g.x16[j], len(toks), g.rung)
-		e32 := family.Pool(g.c, g.x32[j], len(toks), g.rung)
+	for j, pc := range g.cases {
+		e16 := family.Pool(g.c, pc.x16, len(pc.tokens), pc.rung)
+		eo := family.Pool(g.c, pc.xo, len(pc.tokens), pc.rung)
 		for i := range e16 {
-			d := math.Abs(float64(e16[i] - e32[i]))
+			d := math.Abs(float64(e16[i] - eo[i]))
 			if math.IsNaN(d) || math.IsInf(d, 0) {
-				return nil, 0, fmt.Errorf("golden %d (%d tokens at rung %d): the fp16 programs give %v where float32 gives %v: an activation overflows fp16", j, len(toks), g.rung, e16[i], e32[i])
+				return nil, 0, fmt.Errorf("golden %d (%d tokens at rung %d): the fp16 programs give %v where the checkpoint's own precision gives %v: an activation overflows fp16",
+					j, len(pc.tokens), pc.rung, e16[i], eo[i])
 			}
 			worst = max(worst, d)
 		}
-		ids := make([]uint32, len(toks))
-		for i, t := range toks {
+		ids := make([]uint32, len(pc.tokens))
+		for i, t := range pc.tokens {
 			ids[i] = uint32(t)
 		}
-		out = append(out, aneartifact.Golden{Rung: g.rung, Tokens: ids, Output: e16})
+		out = append(out, aneartifact.Golden{Rung: pc.rung, Tokens: ids, Output: e16})
 	}
 	if worst > g.p.ParityMaxAbs {
-		return nil, worst, fmt.Errorf("the fp16 programs differ from their float32 evaluation by %.4f on the goldens, over the policy's %.4f", worst, g.p.ParityMaxAbs)
+		return nil, worst, fmt.Errorf("the fp16 programs differ from the checkpoint's own precision by %.4f on the goldens, over the policy's %.4f", worst, g.p.ParityMaxAbs)
 	}
 	return out, worst, nil
 }

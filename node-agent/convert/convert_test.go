@@ -19,11 +19,14 @@ package convert
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nlpodyssey/safetensors"
 
 	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 	"github.com/ck-synapse/synapse-fleet/node-agent/aneartifact"
@@ -85,7 +88,12 @@ func TestACheckpointConvertsIntoAnArtifactThatVerifiesAndReproducesItsGoldens(t 
 			// The goldens are what the CPU reference computes from the artifact alone.
 			var goldens []aneartifact.Golden
 			data, _ := os.ReadFile(filepath.Join(dir, aneartifact.GoldensFile))
-			if err := json.Unmarshal(data, &goldens); err != nil || len(goldens) != DefaultPolicy.Goldens {
+			// The smallest rung's goldens, and one that fills each other gated rung.
+			if !slices.Equal(m.Parity.Rungs, []int{64, 128}) {
+				t.Fatalf("the gate ran at %v, want both rungs", m.Parity.Rungs)
+			}
+			if err := json.Unmarshal(data, &goldens); err != nil || len(goldens) != DefaultPolicy.Goldens+1 || goldens[len(goldens)-1].Rung != 128 ||
+				len(goldens[len(goldens)-1].Tokens) != 128 {
 				t.Fatalf("goldens: %v (%d)", err, len(goldens))
 			}
 			for _, g := range goldens {
@@ -183,6 +191,7 @@ func TestThePolicyDigestChangesWithEveryParameter(t *testing.T) {
 	for _, change := range []func(*Policy){
 		func(p *Policy) { p.Version++ }, func(p *Policy) { p.Goldens++ }, func(p *Policy) { p.ParityMaxAbs /= 2 },
 		func(p *Policy) { p.Pooling = family.PoolMean }, func(p *Policy) { p.Name += "x" },
+		func(p *Policy) { p.ParityMaxRung *= 2 }, func(p *Policy) { p.ParitySampled++ },
 	} {
 		q := DefaultPolicy
 		change(&q)
@@ -239,5 +248,195 @@ func TestATokenizersTruncationAndPaddingAreRecordedAndStrippedNeverApplied(t *te
 	short, err := tk.Encode("hello")
 	if err != nil || len(short) != 3 {
 		t.Fatalf("a one-word text encoded to %v (%v): padded", short, err)
+	}
+}
+
+// writeCheckpoint writes a tiny checkpoint of c whose weights (tinymodel's, changed by edit)
+// are stored as dtype, with its tokenizer and pooling.
+func writeCheckpoint(t *testing.T, c family.Config, scale float64, dtype safetensors.DType, edit func(map[string]aneartifact.Tensor)) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "checkpoint")
+	if err := tinymodel.Write(dir, c, 3, scale, tinymodel.Tokenizer); err != nil {
+		t.Fatal(err)
+	}
+	weights := map[string]aneartifact.Tensor{}
+	for name, w := range tinymodel.Weights(c, 3, scale) {
+		weights["model."+name] = w
+	}
+	if edit != nil {
+		edit(weights)
+	}
+	if err := aneartifact.Write(filepath.Join(dir, "model.safetensors"), dtype, weights); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func convertCheckpoint(t *testing.T, ckDir string, p Policy, rungs []int) (*artifact.Manifest, error) {
+	t.Helper()
+	ck, err := OpenCheckpoint(ckDir, p)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	return Convert(filepath.Join(t.TempDir(), "tiny", "r1", p.Name), ck, Options{Model: "tiny", Revision: "r1", Rungs: rungs, Platform: platform, Policy: p})
+}
+
+// A BF16 or F32 weight beyond fp16's largest value would become infinite in the artifact, or
+// (up to 65519) be rounded down to 65504 without a word: the conversion is refused naming the
+// tensor, the index and the value.
+func TestWeightsOutsideFP16sRangeAreRefusedByName(t *testing.T) {
+	for _, c := range []struct {
+		dtype safetensors.DType
+		value float32
+	}{{safetensors.BF16, -1e5}, {safetensors.F32, -1e5}, {safetensors.F32, -65510}} {
+		t.Run(fmt.Sprintf("%s %g", c.dtype, c.value), func(t *testing.T) {
+			ck := writeCheckpoint(t, tinymodel.Qwen3(), 1, c.dtype, func(w map[string]aneartifact.Tensor) {
+				w["model.layers.1.mlp.down_proj.weight"].Values[5] = c.value
+			})
+			_, err := convertCheckpoint(t, ck, DefaultPolicy, []int{64})
+			var re *RangeError
+			if !errors.As(err, &re) || re.Tensor != "layers.1.mlp.down_proj.weight" || re.Index != 5 || re.Value > -65504 {
+				t.Fatalf("conversion: %v; want a RangeError naming layers.1.mlp.down_proj.weight at 5", err)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// The gate compares the fp16 programs with the checkpoint's own weights. Token embeddings of
+// about 1e-7 are fp16 subnormals: cast, they keep a digit or two, and the embeddings' norm
+// turns that into a different direction, although every activation fits fp16. Stored as F32,
+// the cast is measured and the conversion fails; the same values stored in F16 (already what
+// the device holds) convert.
+func TestTheParityGateMeasuresTheCastOfTheWeightsToFP16(t *testing.T) {
+	_, err := convertCheckpoint(t, writeCheckpoint(t, tinymodel.ModernBERT(), 1e-6, safetensors.F32, nil), DefaultPolicy, []int{64})
+	var pe *artifact.ParityError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "checkpoint's own precision") {
+		t.Fatalf("F32 weights fp16 cannot hold converted: %v", err)
+	}
+	t.Log(err)
+	m, err := convertCheckpoint(t, writeCheckpoint(t, tinymodel.ModernBERT(), 1e-6, safetensors.F16, nil), DefaultPolicy, []int{64})
+	if err != nil {
+		t.Fatalf("the same weights in F16: %v", err)
+	}
+	t.Logf("in F16: largest difference %.5f", m.Parity.MaxAbsError)
+	m, err = convertCheckpoint(t, writeCheckpoint(t, tinymodel.ModernBERT(), 1, safetensors.F32, nil), DefaultPolicy, []int{64})
+	if err != nil {
+		t.Fatalf("ordinary F32 weights: %v", err)
+	}
+	t.Logf("ordinary F32 weights: largest difference %.5f", m.Parity.MaxAbsError)
+}
+
+func TestTheParityGateRunsAtTheSmallestTheLargestItCanAndASampledRung(t *testing.T) {
+	p := Policy{Version: 2, ParityMaxRung: 256, ParitySampled: 1}
+	for _, c := range []struct {
+		rungs []int
+		p     func(*Policy)
+		want  []int // nil: the smallest, one of between and the largest up to the limit
+	}{
+		{[]int{64, 128, 192, 256, 320}, nil, nil},
+		{[]int{64, 128, 192, 256, 320}, func(p *Policy) { p.ParitySampled = 0 }, []int{64, 256}},
+		{[]int{64, 128, 192, 256, 320}, func(p *Policy) { p.ParitySampled = 9 }, []int{64, 128, 192, 256}},
+		{[]int{512, 1024}, nil, []int{512}},
+		{[]int{64}, nil, []int{64}},
+	} {
+		q := p
+		if c.p != nil {
+			c.p(&q)
+		}
+		got := ParityRungs(c.rungs, q)
+		if c.want != nil && !slices.Equal(got, c.want) {
+			t.Errorf("%v under %+v: %v, want %v", c.rungs, q, got, c.want)
+		}
+		if c.want == nil && (len(got) != 3 || got[0] != 64 || got[2] != 256 || (got[1] != 128 && got[1] != 192)) {
+			t.Errorf("%v under %+v: %v, want 64, one of 128 and 192, and 256", c.rungs, q, got)
+		}
+		if !slices.Equal(got, ParityRungs(c.rungs, q)) {
+			t.Errorf("%v: the sampled rungs change from one conversion to the next", c.rungs)
+		}
+	}
+	// A conversion records where it gated and holds goldens there.
+	q := DefaultPolicy
+	q.ParityMaxRung = 192
+	m, err := convertCheckpoint(t, writeCheckpoint(t, tinymodel.Qwen3(), 1, safetensors.F32, nil), q, []int{64, 128, 192, 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(m.Parity.Rungs, []int{64, 128, 192}) {
+		t.Fatalf("the gate ran at %v", m.Parity.Rungs)
+	}
+}
+
+// The pooling is the checkpoint's own (its sentence-transformers configuration), never a
+// family default: a policy that says otherwise, a checkpoint that says nothing (unless the
+// policy names one), a pooling the programs do not reproduce or a pipeline with more modules
+// are refused by name.
+func TestThePoolingIsTheCheckpointsOwnAndAPolicyThatDisagreesIsRefused(t *testing.T) {
+	mean := tinymodel.ModernBERT()
+	mean.Pooling = family.PoolMean // not the family's usual cls
+	ck := writeCheckpoint(t, mean, 1, safetensors.F32, nil)
+	opened, err := OpenCheckpoint(ck, DefaultPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened.Close()
+	if opened.Config.Pooling != family.PoolMean {
+		t.Fatalf("pooling %s, want the checkpoint's mean", opened.Config.Pooling)
+	}
+	refused := func(name, dir string, p Policy, want string) {
+		t.Helper()
+		_, err := OpenCheckpoint(dir, p)
+		var pe *PoolingError
+		if !errors.As(err, &pe) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a PoolingError saying %q", name, err, want)
+		}
+	}
+	cls := DefaultPolicy
+	cls.Pooling = family.PoolCLS
+	refused("a policy that disagrees", ck, cls, "the policy pools by cls, the checkpoint's sentence-transformers configuration by mean")
+
+	edit := func(file string, change func(map[string]any)) string {
+		dir := writeCheckpoint(t, mean, 1, safetensors.F32, nil)
+		path := filepath.Join(dir, filepath.FromSlash(file))
+		var doc map[string]any
+		data, _ := os.ReadFile(path)
+		if err := json.Unmarshal(data, &doc); err != nil {
+			t.Fatal(err)
+		}
+		change(doc)
+		data, _ = json.Marshal(doc)
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	refused("max pooling", edit("1_Pooling/config.json", func(d map[string]any) { d["pooling_mode_mean_tokens"], d["pooling_mode_max_tokens"] = false, true }),
+		DefaultPolicy, "max_tokens")
+	refused("two modes", edit("1_Pooling/config.json", func(d map[string]any) { d["pooling_mode_cls_token"] = true }), DefaultPolicy, "exactly one")
+	refused("no prompt", edit("1_Pooling/config.json", func(d map[string]any) { d["include_prompt"] = false }), DefaultPolicy, "include_prompt")
+	refused("another width", edit("1_Pooling/config.json", func(d map[string]any) { d["word_embedding_dimension"] = 64 }), DefaultPolicy, "64 dimensions")
+
+	dense := writeCheckpoint(t, mean, 1, safetensors.F32, nil)
+	modules := `[{"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"}, {"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+		{"idx": 2, "path": "2_Dense", "type": "sentence_transformers.models.Dense"}, {"idx": 3, "path": "3_Normalize", "type": "sentence_transformers.models.Normalize"}]`
+	if err := os.WriteFile(filepath.Join(dense, "modules.json"), []byte(modules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refused("a Dense module", dense, DefaultPolicy, "sentence_transformers.models.Dense")
+
+	bare := writeCheckpoint(t, mean, 1, safetensors.F32, nil)
+	for _, f := range []string{"modules.json", "1_Pooling"} {
+		if err := os.RemoveAll(filepath.Join(bare, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused("no configuration and no policy pooling", bare, DefaultPolicy, "names none")
+	named := DefaultPolicy
+	named.Pooling = family.PoolMean
+	if opened, err := OpenCheckpoint(bare, named); err != nil || opened.Config.Pooling != family.PoolMean {
+		t.Fatalf("a checkpoint without configuration under a policy that names mean: %v", err)
+	} else {
+		opened.Close()
 	}
 }

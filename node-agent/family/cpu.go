@@ -61,6 +61,16 @@ func (e *Embedder) Table() []float32 { return e.table }
 // Input is the first layer's input for tokens at sequence length seq: [Hidden * seq],
 // channel-major, fp16 values, zero past the tokens.
 func (e *Embedder) Input(tokens []int32, seq int) ([]float32, error) {
+	return e.input(tokens, seq, fp16)
+}
+
+// InputOriginal is Input with the table's values and the result as they are (the checkpoint's
+// precision), for the conversion's parity gate.
+func (e *Embedder) InputOriginal(tokens []int32, seq int) ([]float32, error) {
+	return e.input(tokens, seq, func(v float32) float32 { return v })
+}
+
+func (e *Embedder) input(tokens []int32, seq int, round func(float32) float32) ([]float32, error) {
 	c := e.c
 	if len(tokens) == 0 || len(tokens) > seq {
 		return nil, fmt.Errorf("%d tokens for a sequence of %d", len(tokens), seq)
@@ -72,7 +82,7 @@ func (e *Embedder) Input(tokens []int32, seq int) ([]float32, error) {
 			return nil, fmt.Errorf("token %d is outside the vocabulary of %d", tok, c.Vocab)
 		}
 		for i := range c.Hidden {
-			row[i] = float64(fp16(e.table[int(tok)*c.Hidden+i]))
+			row[i] = float64(round(e.table[int(tok)*c.Hidden+i]))
 		}
 		if e.norm != nil {
 			var mean, sq float64
@@ -89,7 +99,7 @@ func (e *Embedder) Input(tokens []int32, seq int) ([]float32, error) {
 			}
 		}
 		for i, v := range row {
-			x[i*seq+s] = fp16(float32(v))
+			x[i*seq+s] = round(float32(v))
 		}
 	}
 	return x, nil

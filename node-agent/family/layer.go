@@ -32,11 +32,21 @@ type Weights interface {
 // states x [1, Hidden, 1, seq] and the key mask, and returns the next hidden states (after
 // the final norm, for the last layer).
 func Layer(c Config, i, seq int, w Weights) (*mil.Graph, mil.Value, error) {
+	return layer(c, i, seq, w, mil.NewGraph)
+}
+
+// OriginalLayer is Layer built with mil.NewOriginalGraph: the same program, whose EvalOriginal
+// uses w's values as they are (the checkpoint's precision), for the conversion's parity gate.
+func OriginalLayer(c Config, i, seq int, w Weights) (*mil.Graph, mil.Value, error) {
+	return layer(c, i, seq, w, mil.NewOriginalGraph)
+}
+
+func layer(c Config, i, seq int, w Weights, newGraph func(channels, seq int) (*mil.Graph, mil.Value)) (*mil.Graph, mil.Value, error) {
 	if i < 0 || i >= c.Layers {
 		return nil, mil.Value{}, fmt.Errorf("layer %d of a %d-layer model", i, c.Layers)
 	}
 	t := tensors{w: w, prefix: fmt.Sprintf("layers.%d.", i), last: i == c.Layers-1}
-	g, x := mil.NewGraph(c.Hidden, seq)
+	g, x := newGraph(c.Hidden, seq)
 	mask := g.Mask()
 	var y mil.Value
 	switch c.Kind {

@@ -289,7 +289,7 @@ type attentionRef struct {
 
 func (r attentionRef) eval(q, k, v, mask []float32, p precision) []float32 {
 	a, seq, d := r.a, r.seq, r.a.HeadDim
-	qg, kg, cos, sin := r.qg.values(), r.kg.values(), r.cos.values(), r.sin.values()
+	qg, kg, cos, sin := r.qg.valuesFor(p), r.kg.valuesFor(p), r.cos.valuesFor(p), r.sin.valuesFor(p)
 	// heads splits a [heads*d, seq] value into per-head [seq][d] rows: the transposed
 	// [1, h, S, d] tensor.
 	heads := func(x []float32, n int) [][][]float32 {

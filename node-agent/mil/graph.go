@@ -96,6 +96,8 @@ type Graph struct {
 	// masked: the program takes the key mask as its second input.
 	masked bool
 	err    error
+	// original: the constants also keep the values they were given, for EvalOriginal.
+	original bool
 }
 
 // NewGraph starts a graph whose input x has channels channels over seq positions.
@@ -109,6 +111,16 @@ func NewGraph(channels, seq int) (*Graph, Value) {
 		g.err = fmt.Errorf("the sequence length %d is not a multiple of 64, as Neural Engine tensors need", seq)
 	}
 	return g, g.in
+}
+
+// NewOriginalGraph is NewGraph for the conversion's parity gate: the program it emits is the
+// same, and EvalOriginal evaluates it with its constants as they were given (the checkpoint's
+// own precision) and every activation in float32, so that what casting the weights to fp16
+// costs is measured rather than assumed away.
+func NewOriginalGraph(channels, seq int) (*Graph, Value) {
+	g, x := NewGraph(channels, seq)
+	g.original = true
+	return g, x
 }
 
 func (g *Graph) fail(format string, args ...any) {
@@ -186,7 +198,11 @@ func (b *block) weight(name string, shape [4]int, values []float32) (string, sto
 	off := b.g.blob.AddFP16(values)
 	typ := tensorType("fp16", shape[:]...)
 	b.konst(typ, name, fmt.Sprintf(`%s(BLOBFILE(path = string("%s"), offset = uint64(%d)))`, typ, BlobPath, off))
-	return name, stored{blob: b.g.blob, at: off, n: len(values)}
+	st := stored{blob: b.g.blob, at: off, n: len(values)}
+	if b.g.original {
+		st.orig = values
+	}
+	return name, st
 }
 
 // stored is a constant in the blob. The CPU reference reads it back when it evaluates rather
@@ -195,6 +211,7 @@ type stored struct {
 	blob *Blob
 	at   uint64
 	n    int
+	orig []float32 // the values as given, in an original graph
 }
 
 // values is the constant as fp16 holds it (nil for no constant).
@@ -203,6 +220,15 @@ func (s stored) values() []float32 {
 		return nil
 	}
 	return s.blob.FP16(s.at, s.n)
+}
+
+// valuesFor is the constant as evaluation p reads it: as given for EvalOriginal, else as
+// fp16 holds it.
+func (s stored) valuesFor(p precision) []float32 {
+	if p.original {
+		return s.orig
+	}
+	return s.values()
 }
 
 func tensorType(dtype string, dims ...int) string {
@@ -247,7 +273,7 @@ func (g *Graph) Linear(name string, x Value, out int, weights []float32) Value {
 	in, seq := x.channels, g.seq
 	b.work = append(b.work, matmulWork{Matmul: Matmul{M: out, N: seq, K: in, Count: 1}, weights: wref})
 	return g.add(b, Value{name: name, channels: out}, func(env map[string][]float32, p precision) []float32 {
-		xs, y, w := env[x.name], make([]float32, out*seq), wref.values()
+		xs, y, w := env[x.name], make([]float32, out*seq), wref.valuesFor(p)
 		// Each output channel accumulates over the inputs in a fixed order (so the result
 		// does not depend on how the rows are shared out), a whole row of positions at a time.
 		parallel(out, func(o int) {
@@ -389,7 +415,7 @@ func (g *Graph) LayerNorm(name string, x Value, gamma []float32, eps float32) Va
 	b.op(full, name, fmt.Sprintf("mul(x = %s, y = %s)", normed, gname))
 	seq, e := g.seq, DeviceEpsilon(eps)
 	return g.add(b, Value{name: name, channels: c}, func(env map[string][]float32, p precision) []float32 {
-		xs, out, gw := env[x.name], make([]float32, c*seq), gref.values()
+		xs, out, gw := env[x.name], make([]float32, c*seq), gref.valuesFor(p)
 		d := make([]float32, c)
 		for s := range seq {
 			var sum float64
@@ -435,7 +461,7 @@ func (g *Graph) RMSNorm(name string, x Value, gamma []float32, eps float32) Valu
 	b.op(full, name, fmt.Sprintf("mul(x = %s, y = %s)", normed, gname))
 	seq, e := g.seq, DeviceEpsilon(eps)
 	return g.add(b, Value{name: name, channels: c}, func(env map[string][]float32, p precision) []float32 {
-		xs, out, gw := env[x.name], make([]float32, c*seq), gref.values()
+		xs, out, gw := env[x.name], make([]float32, c*seq), gref.valuesFor(p)
 		col := make([]float32, c)
 		for s := range seq {
 			for i := range c {
@@ -503,6 +529,16 @@ func (g *Graph) EvalExact(x, mask []float32, out Value) ([]float32, error) {
 	return g.eval(x, mask, out, precision{exact: true})
 }
 
+// EvalOriginal evaluates a graph made by NewOriginalGraph with its constants as they were given
+// and every activation in float32: the checkpoint's own precision, which the parity gate
+// compares the fp16 programs with.
+func (g *Graph) EvalOriginal(x, mask []float32, out Value) ([]float32, error) {
+	if !g.original {
+		return nil, fmt.Errorf("the graph keeps only its fp16 constants: build it with NewOriginalGraph")
+	}
+	return g.eval(x, mask, out, precision{exact: true, original: true})
+}
+
 func (g *Graph) eval(x, mask []float32, out Value, p precision) ([]float32, error) {
 	if g.err != nil {
 		return nil, g.err
@@ -538,8 +574,8 @@ func DeviceEpsilon(eps float32) float32 {
 }
 
 // precision is how an evaluation holds activations: rounded to fp16 after every operation, as
-// the device does, or (exact) kept in float32.
-type precision struct{ exact bool }
+// the device does, or (exact) kept in float32; original reads the constants as they were given.
+type precision struct{ exact, original bool }
 
 func (p precision) v(x float32) float32 {
 	if p.exact {

@@ -64,6 +64,9 @@ func TestOnTheDeviceACachedRungLoadsWithoutCompilingAndMatchesItsGoldens(t *test
 		t.Fatal(err)
 	}
 	for _, g := range goldens {
+		if g.Rung != 64 {
+			continue
+		}
 		reply, err := second.Execute(context.Background(), &pb.Execute{Task: "embed", Rung: 64, Sequences: []*pb.Sequence{{TokenIds: g.Tokens}}})
 		if err != nil {
 			t.Fatal(err)

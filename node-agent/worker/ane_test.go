@@ -391,6 +391,9 @@ func TestTheDevicePathMatchesTheGoldensAndRefusesWhatItCannotRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range goldens {
+		if g.Rung != 64 { // the gate's goldens at the other rungs are checked by the converter
+			continue
+		}
 		reply, err := a.Execute(context.Background(), &pb.Execute{Task: "embed", Rung: 64, Sequences: []*pb.Sequence{{TokenIds: g.Tokens}}})
 		if err != nil {
 			t.Fatal(err)
@@ -455,6 +458,9 @@ func TestInputsAreBoundByTheNamesTheDeviceReports(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, g := range goldens {
+				if g.Rung != 64 {
+					continue
+				}
 				reply, err := a.Execute(context.Background(), &pb.Execute{Task: "embed", Rung: 64, Sequences: []*pb.Sequence{{TokenIds: g.Tokens}}})
 				if err != nil {
 					t.Fatal(err)
