@@ -29,7 +29,7 @@ import (
 
 // ProbeRatioLimit: a device time over this fraction of the CPU reference's means the model is
 // not running on the Neural Engine.
-const ProbeRatioLimit = 0.8
+const ProbeRatioLimit = artifact.ProbeRatioLimit
 
 // probe is one rung's runtime placement probe.
 type probe struct {

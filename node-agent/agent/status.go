@@ -171,7 +171,7 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 	case verifyReason != "":
 		set(v1.PlacementConditionArtifactVerified, false, verifyReason, verifyMessage)
 	case verified != nil:
-		how := "every file hashed and the compute plan checked"
+		how := "every file hashed"
 		if verified.FromStamp {
 			how = "unchanged since its last full verification"
 		}

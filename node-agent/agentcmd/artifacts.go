@@ -25,10 +25,13 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/convert"
 	"github.com/ck-synapse/synapse-fleet/node-agent/family"
+	"github.com/ck-synapse/synapse-fleet/node-agent/importprobe"
+	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
 )
 
 // newArtifactsCommand is the artifacts group: convert (ane), build (sim), verify, list,
@@ -39,7 +42,7 @@ func newArtifactsCommand() *cobra.Command {
 		Short: "Build, verify, list, import, fetch and prune model artifacts",
 		Long: `A model artifact is a directory holding what a worker loads and a manifest.json that says
 exactly what it is: model, revision, checkpoint, conversion policy, rungs, fp16, CPU_AND_NE,
-platform profile, the SHA-256 of every file, the compute plan and the parity gate. Nothing
+platform profile, the SHA-256 of every file, its placement path and the parity gate. Nothing
 unverified loads; a corrupt artifact is moved to .quarantine beside it.`,
 	}
 	cmd.AddCommand(newConvertCommand(), newBuildCommand(), newVerifyCommand(), newListCommand(), newImportCommand(), newFetchCommand(), newPruneCommand())
@@ -68,17 +71,66 @@ func report(cmd *cobra.Command, res *artifact.ImportResult) {
 	default:
 		fmt.Fprintf(cmd.OutOrStdout(), "%s: registered and published\n", res.Dir)
 	}
+	if p := res.Probe; p != nil {
+		fmt.Fprintf(cmd.OutOrStdout(), "placement probe at the registered path: rung %d, %s on the Neural Engine, %s on the CPU reference, ratio %.2f (at most %.1f)\n",
+			p.Rung, p.Device, p.CPU, p.Ratio(), artifact.ProbeRatioLimit)
+	} else {
+		fmt.Fprintf(cmd.OutOrStdout(), "not probed: %s\n", res.NotProbed)
+	}
+}
+
+// probeFlags are what an import needs to probe the registered artifact on a Mac whose workers
+// run the ane backend: the agent's state folder (its lane lock) and worker.
+type probeFlags struct{ stateDir, lockPath, workerBinary, signingID string }
+
+func (p *probeFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&p.stateDir, "state-dir", "", "ane backend: the agent's state folder; with it the import probes the registered artifact on the Neural Engine")
+	f.StringVar(&p.lockPath, "lock-path", "", "ane backend: the machine's lane lock (default <state-dir>/ane.lock); held by a running agent, the import does not probe")
+	f.StringVar(&p.workerBinary, "worker-binary", "", "ane backend: the synapse-ane-worker executable (default: next to this binary)")
+	f.StringVar(&p.signingID, "signing-identifier", "synapse-ane-worker", "ane backend: the worker's code-signing identifier")
+}
+
+// apply sets the importer's probe: on a Mac with the ane backend and a state folder, a worker
+// probes the registered artifact; elsewhere the import says why it does not.
+func (p probeFlags) apply(im *artifact.Importer) error {
+	c := importprobe.Config{Backend: im.Backend, LockPath: p.lockPath}
+	if im.Backend == "ane" && p.stateDir != "" {
+		if c.LockPath == "" {
+			c.LockPath = filepath.Join(p.stateDir, "ane.lock")
+		}
+		bin := p.workerBinary
+		if bin == "" {
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			bin = filepath.Join(filepath.Dir(self), "synapse-ane-worker")
+		}
+		digest, err := artifact.FileSHA256(bin)
+		if err != nil {
+			return fmt.Errorf("the worker binary: %w", err)
+		}
+		c.Host = workerhost.New(workerhost.Config{Binary: bin, Backend: im.Backend, SigningIdentifier: p.signingID, BinaryDigest: digest,
+			StateDir: p.stateDir, Log: ctrl.Log.WithName("import-probe")})
+	}
+	im.Probe, im.NoProbe = importprobe.For(c)
+	return nil
 }
 
 func newImportCommand() *cobra.Command {
 	var im artifact.Importer
+	var probe probeFlags
 	var force bool
 	var sha string
 	cmd := &cobra.Command{
 		Use:   "import ARCHIVE",
-		Short: "Register an artifact archive (.tar.gz): verified staged, gated in place, published atomically",
+		Short: "Register an artifact archive (.tar.gz): verified staged, gated and probed in place, published atomically",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := probe.apply(&im); err != nil {
+				return err
+			}
 			res, err := im.Import(args[0], sha, force)
 			if err != nil {
 				return err
@@ -88,6 +140,7 @@ func newImportCommand() *cobra.Command {
 		},
 	}
 	machineFlags(cmd, &im)
+	probe.add(cmd)
 	cmd.Flags().BoolVar(&force, "force", false, "replace a registered artifact (the previous one is put back if anything fails)")
 	cmd.Flags().StringVar(&sha, "sha256", "", "the archive's expected sha256:<hex>")
 	return cmd
@@ -95,6 +148,7 @@ func newImportCommand() *cobra.Command {
 
 func newFetchCommand() *cobra.Command {
 	var im artifact.Importer
+	var probe probeFlags
 	var force, offline bool
 	var repo, model, revision, policy string
 	cmd := &cobra.Command{
@@ -105,6 +159,9 @@ func newFetchCommand() *cobra.Command {
 			if repo == "" {
 				repo = os.Getenv(artifact.RepoEnv)
 			}
+			if err := probe.apply(&im); err != nil {
+				return err
+			}
 			res, err := im.Fetch(cmd.Context(), repo, model, revision, policy, offline, force)
 			if err != nil {
 				return err
@@ -114,6 +171,7 @@ func newFetchCommand() *cobra.Command {
 		},
 	}
 	machineFlags(cmd, &im)
+	probe.add(cmd)
 	f := cmd.Flags()
 	f.StringVar(&repo, "repo", "", "the repository: an http(s) URL or a directory holding index.json (default $"+artifact.RepoEnv+"; there is no other default)")
 	f.StringVar(&model, "model", "", "the model (required)")
@@ -249,7 +307,7 @@ func newVerifyCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			how := "every file hashed, compute plan checked"
+			how := "every file hashed"
 			if v.FromStamp {
 				how = "unchanged since its last verification (stamp)"
 			}

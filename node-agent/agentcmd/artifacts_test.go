@@ -82,7 +82,7 @@ func TestArtifactsBuildVerifyAndList(t *testing.T) {
 	f.Close()
 	machine := []string{"--root", other, "--backend", "sim", "--chip-family", "M4", "--macos-build", "25B78"}
 	out, err = runCmd(t, append([]string{"artifacts", "import", archive}, machine...)...)
-	if err != nil || !strings.Contains(out, "registered and published") {
+	if err != nil || !strings.Contains(out, "registered and published") || !strings.Contains(out, "not probed: this machine's workers run the \"sim\" backend") {
 		t.Fatalf("import: %v\n%s", err, out)
 	}
 	if out, err := runCmd(t, append([]string{"artifacts", "prune"}, machine...)...); err != nil || out != "" {

@@ -83,7 +83,7 @@ func BuildSim(dir string, spec SimSpec) (m *Manifest, err error) {
 		Rungs: spec.Rungs, Layers: spec.Layers, Dimensions: spec.Dimensions, Precision: PrecisionFP16, ComputeUnits: ComputeUnitsCPUAndNE,
 		Platform: spec.Platform, Files: map[string]string{},
 		// The stand-in has no operations off its device: its plan is the Neural Engine's whole.
-		ComputePlan: ComputePlan{NeuralEnginePercent: 100},
+		Placement: PlacementSimulated,
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {

@@ -33,8 +33,8 @@ func integrity(check, format string, args ...any) *IntegrityError {
 }
 
 // ComputeUnitMismatchError: the artifact would not run (only) on the Neural Engine: compute
-// units other than CPU_AND_NE, a compute plan off the Neural Engine, or a placement probe that
-// measured it running on the CPU.
+// units other than CPU_AND_NE, a placement other than its backend's path, or a placement probe
+// that measured it running on the CPU.
 type ComputeUnitMismatchError struct {
 	Dir, Check, Message string
 }

@@ -50,9 +50,12 @@ type Importer struct {
 	Backend          string
 	ConverterVersion string
 	Clock            clock.PassiveClock
-	// Probe, if set, runs at the registered path before the manifest is published (the runtime
-	// placement probe); its error fails the import.
-	Probe func(dir string, m *Manifest) error
+	// Probe, if set, runs one runtime placement probe at the registered path before the
+	// manifest is published; its error fails the import, and a report whose NotRun is set says
+	// why it could not run here. When Probe is nil, NoProbe says why this machine has none.
+	// Either way the import's result says what became of the probe.
+	Probe   func(dir string, m *Manifest) (*ProbeReport, error)
+	NoProbe string
 	// Limit bounds the unpacked size (MaxArchiveBytes if zero).
 	Limit int64
 
@@ -69,7 +72,27 @@ type ImportResult struct {
 	AlreadyRegistered bool
 	// Replaced: --force replaced a previous artifact.
 	Replaced bool
+	// Probe is the placement probe the import ran at the registered path; nil when it ran
+	// none, and NotProbed then says why (the agent's probe of every load stays the gate).
+	Probe     *ProbeReport
+	NotProbed string
 }
+
+// ProbeRatioLimit: a rung whose device time is over this fraction of the CPU reference's is not
+// running on the Neural Engine (the agent's load probe and the import's use it alike).
+const ProbeRatioLimit = 0.8
+
+// ProbeReport is one runtime placement probe: the fastest of 5 evaluations of a rung on the
+// device and on the CPU reference, back to back.
+type ProbeReport struct {
+	Rung        int
+	Device, CPU time.Duration
+	// NotRun, if set, says why the probe could not run here (nothing was measured).
+	NotRun string
+}
+
+// Ratio is the device time over the CPU reference's.
+func (p *ProbeReport) Ratio() float64 { return float64(p.Device) / float64(p.CPU) }
 
 var errCrash = errors.New("the import was killed")
 
@@ -90,7 +113,7 @@ func (im Importer) step(name string) error {
 // Import registers the .tar.gz archive at path. If wantSHA is set (from a repository index)
 // the archive's SHA-256 must match it. The archive is unpacked into a staging directory and
 // verified there; it is moved to its registered path with its manifest withheld
-// (manifest.pending.json); the compute plan, the parity gate and the probe run there; only then
+// (manifest.pending.json); the parity gate and the probe run there; only then
 // is manifest.json published with one rename. Any failure removes what the import added, and
 // with force puts the previous artifact back.
 func (im Importer) Import(path, wantSHA string, force bool) (res *ImportResult, err error) {
@@ -170,7 +193,7 @@ func (im Importer) Import(path, wantSHA string, force bool) (res *ImportResult, 
 				return nil, fmt.Errorf("an artifact is registered at %s and does not verify (%v); import with --force to replace it", dest, verr)
 			}
 			os.RemoveAll(staging)
-			res.AlreadyRegistered = true
+			res.AlreadyRegistered, res.NotProbed = true, "the artifact was already registered and verified; nothing was imported"
 			return res, nil
 		}
 		backup := dest + backupInfix + im.now().UTC().Format("20060102T150405.000000000Z")
@@ -211,9 +234,24 @@ func (im Importer) Import(path, wantSHA string, force bool) (res *ImportResult, 
 		setDir(err, dest)
 		return nil, err
 	}
-	if im.Probe != nil {
-		if err := im.Probe(dest, m); err != nil {
+	switch {
+	case im.Probe == nil:
+		res.NotProbed = im.NoProbe
+		if res.NotProbed == "" {
+			res.NotProbed = "no probe was configured"
+		}
+	default:
+		rep, err := im.Probe(dest, m)
+		if err != nil {
 			return nil, err
+		}
+		if rep == nil || rep.NotRun != "" {
+			res.NotProbed = "the probe did not run"
+			if rep != nil {
+				res.NotProbed = rep.NotRun
+			}
+		} else {
+			res.Probe = rep
 		}
 	}
 	if err := im.step("gated"); err != nil {
@@ -231,11 +269,8 @@ func (im Importer) Import(path, wantSHA string, force bool) (res *ImportResult, 
 	return res, nil
 }
 
-// gate runs the compute-plan check and the parity gate on an artifact whose manifest is m.
+// gate runs the parity gate on an artifact whose manifest is m.
 func gate(dir string, m *Manifest) error {
-	if p := m.ComputePlan; p.NeuralEnginePercent != 100 || p.Transitions != 0 {
-		return &ComputeUnitMismatchError{Check: "computePlan", Message: fmt.Sprintf("%.1f%% on the Neural Engine, %d transitions", p.NeuralEnginePercent, p.Transitions)}
-	}
 	if m.Parity.Status != "passed" {
 		return &ParityError{Message: "the manifest's parity gate did not pass"}
 	}

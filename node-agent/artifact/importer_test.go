@@ -218,7 +218,9 @@ func TestAFailedGateKeepsThePreviousArtifact(t *testing.T) {
 	next := spec
 	next.Seed = "next"
 	path, sum := archive(t, next)
-	im.Probe = func(string, *Manifest) error { return &ComputeUnitMismatchError{Check: "probe", Message: "ratio 0.97"} }
+	im.Probe = func(string, *Manifest) (*ProbeReport, error) {
+		return nil, &ComputeUnitMismatchError{Check: "probe", Message: "ratio 0.97"}
+	}
 	_, err := im.Import(path, sum, true)
 	var cu *ComputeUnitMismatchError
 	if !errors.As(err, &cu) {
@@ -322,5 +324,55 @@ func TestPruneLeavesARunningImportAlone(t *testing.T) {
 	removed, err := im.Prune()
 	if err != nil || len(removed) != 0 || !slices.Contains(leftovers(t, im.Root), filepath.Join(spec.Model, spec.Revision, spec.ConversionPolicy.Name, PendingManifestFile)) {
 		t.Fatalf("a running import's directory was pruned: %v, %v", removed, err)
+	}
+}
+
+// The import's placement probe runs once, at the registered path, with the manifest still
+// withheld, and its measurement is in the result; without a probe (or one that could not run
+// here) the result says the import did not probe and why, so a caller never takes it for a
+// probed artifact.
+func TestTheImportProbesAtTheRegisteredPathOrSaysItDidNot(t *testing.T) {
+	im, _ := newImporter(t)
+	path, sum := archive(t, spec)
+	var calls []string
+	im.Probe = func(dir string, m *Manifest) (*ProbeReport, error) {
+		calls = append(calls, dir)
+		if _, err := os.Stat(filepath.Join(dir, ManifestFile)); !os.IsNotExist(err) {
+			t.Error("the probe ran with the manifest published")
+		}
+		if _, err := os.Stat(filepath.Join(dir, PendingManifestFile)); err != nil {
+			t.Errorf("the probe ran away from the registered artifact: %v", err)
+		}
+		return &ProbeReport{Rung: m.Rungs[0], Device: 2 * time.Millisecond, CPU: 5 * time.Millisecond}, nil
+	}
+	res, err := im.Import(path, sum, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(calls, []string{registered(t, im)}) || res.Probe == nil || res.Probe.Ratio() != 0.4 || res.NotProbed != "" {
+		t.Fatalf("probes at %v; result %+v", calls, res)
+	}
+
+	for name, c := range map[string]struct {
+		probe func(string, *Manifest) (*ProbeReport, error)
+		why   string
+	}{
+		"no probe here": {nil, "not on macOS on Apple silicon"},
+		"a probe that cannot run here": {func(string, *Manifest) (*ProbeReport, error) {
+			return &ProbeReport{NotRun: "the lane lock is held"}, nil
+		},
+			"the lane lock is held"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			im, _ := newImporter(t)
+			im.Probe, im.NoProbe = c.probe, "not on macOS on Apple silicon"
+			res, err := im.Import(path, sum, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Probe != nil || res.NotProbed != c.why {
+				t.Fatalf("result %+v; want no probe, because %q", res, c.why)
+			}
+		})
 	}
 }

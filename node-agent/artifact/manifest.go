@@ -28,8 +28,10 @@ import (
 	"regexp"
 )
 
-// SchemaVersion is the manifest schema this package reads and writes.
-const SchemaVersion = 1
+// SchemaVersion is the manifest schema this package reads and writes. Version 2 replaced the
+// compute plan (a figure the converter wrote and the loader then checked against itself) with
+// the placement the backend's path actually gives.
+const SchemaVersion = 2
 
 // ManifestFile is the manifest's name in an artifact directory.
 const ManifestFile = "manifest.json"
@@ -67,8 +69,10 @@ type Manifest struct {
 	Platform Platform `json:"platform"`
 	// Files maps every file of the artifact (relative, slash-separated) to its SHA-256.
 	Files map[string]string `json:"files"`
-	// ComputePlan is where the compile put the operations: all on the Neural Engine.
-	ComputePlan ComputePlan `json:"computePlan"`
+	// Placement is what is known of where the programs run before they do: the backend's path
+	// (PlacementWholeProgram or PlacementSimulated), not a measurement. The runtime placement
+	// probe measures where each loaded rung runs.
+	Placement string `json:"placement"`
 	// Parity says whether the artifact's outputs matched the goldens it was checked against.
 	Parity Parity `json:"parity"`
 	// Tokenizer records what the converter removed from the checkpoint's tokenizer.json
@@ -96,11 +100,20 @@ type Platform struct {
 	MacOSBuild string `json:"macOSBuild"`
 }
 
-// ComputePlan is the static placement of the compiled operations.
-type ComputePlan struct {
-	NeuralEnginePercent float64 `json:"neuralEnginePercent"`
-	Transitions         int     `json:"transitions"`
-}
+// The placements an artifact can claim, one per backend.
+const (
+	// PlacementWholeProgram (ane): each layer is one MIL program that the private path compiles
+	// for the Neural Engine as a whole, or fails to compile. Unlike Core ML, nothing splits a
+	// program between devices and there is no per-operation plan to read, so none is claimed
+	// or checked; whether a loaded program runs on the device is the placement probe's to
+	// measure.
+	PlacementWholeProgram = "ane-whole-program"
+	// PlacementSimulated (sim): the stand-in runs nothing on any device.
+	PlacementSimulated = "simulated"
+)
+
+// placementOf is the placement the backend's path gives.
+var placementOf = map[string]string{"ane": PlacementWholeProgram, "sim": PlacementSimulated}
 
 // Parity is the outcome of the parity gate.
 type Parity struct {
@@ -169,6 +182,9 @@ func (m *Manifest) validate() error {
 	}
 	if m.Precision != PrecisionFP16 {
 		return &PrecisionError{Precision: m.Precision}
+	}
+	if want := placementOf[m.Backend]; m.Placement != want {
+		return &ComputeUnitMismatchError{Check: "placement", Message: fmt.Sprintf("placement %q has no code path on the %s backend; its programs are placed %q", m.Placement, m.Backend, want)}
 	}
 	if m.ComputeUnits != ComputeUnitsCPUAndNE {
 		return &ComputeUnitMismatchError{Check: "computeUnits", Message: fmt.Sprintf("compute units %q have no code path; only %s", m.ComputeUnits, ComputeUnitsCPUAndNE)}

@@ -59,7 +59,7 @@ type Want struct {
 type Verified struct {
 	Dir      string
 	Manifest *Manifest
-	// FromStamp: the stamp matched, and the hashes and compute plan were not re-checked.
+	// FromStamp: the stamp matched, and the files' hashes were not re-checked.
 	FromStamp bool
 }
 
@@ -72,7 +72,7 @@ type Verifier struct {
 // manifest (else MissingError), the manifest's own claims (IntegrityError, PrecisionError,
 // ComputeUnitMismatchError), that it is the artifact wanted (MismatchError), the rungs
 // (MissingError), the parity gate (ParityError); then, unless the stamp matches, every file's
-// SHA-256 and the compute plan. An IntegrityError quarantines the artifact.
+// SHA-256. An IntegrityError quarantines the artifact.
 func (v Verifier) Verify(dir string, want Want) (*Verified, error) {
 	out, err := verify(dir, want)
 	var ie *IntegrityError
@@ -150,10 +150,6 @@ func verify(dir string, want Want) (*Verified, error) {
 	}
 	if err := checkFiles(dir, m); err != nil {
 		return nil, err
-	}
-	if p := m.ComputePlan; p.NeuralEnginePercent != 100 || p.Transitions != 0 {
-		return nil, &ComputeUnitMismatchError{Check: "computePlan",
-			Message: fmt.Sprintf("the compute plan puts %.1f%% of the operations on the Neural Engine with %d transitions; 100%% and 0 are required", p.NeuralEnginePercent, p.Transitions)}
 	}
 	// A stamp that cannot be written only means that the next load verifies in full again.
 	_ = writeAtomic(filepath.Join(dir, StampFile), []byte(key))

@@ -134,7 +134,7 @@ func TestChangedArtifactFilesInvalidateTheVerificationStamp(t *testing.T) {
 				t.Fatal(err)
 			}
 			if v.FromStamp {
-				t.Fatal("the stamp was trusted after the change: the hashes and compute plan were not re-checked")
+				t.Fatal("the stamp was trusted after the change: the hashes were not re-checked")
 			}
 		})
 	}
@@ -209,9 +209,13 @@ func TestClaimsWithNoCodePathAreRefusedByName(t *testing.T) {
 			var e *ComputeUnitMismatchError
 			return errors.As(err, &e)
 		}},
-		{"a compute plan partly off the Neural Engine", func(m *Manifest) { m.ComputePlan = ComputePlan{NeuralEnginePercent: 99.2, Transitions: 2} }, func(err error) bool {
+		{"a sim artifact claiming the Neural Engine's placement", func(m *Manifest) { m.Placement = PlacementWholeProgram }, func(err error) bool {
 			var e *ComputeUnitMismatchError
-			return errors.As(err, &e) && e.Check == "computePlan"
+			return errors.As(err, &e) && e.Check == "placement"
+		}},
+		{"a placement no backend has", func(m *Manifest) { m.Placement = "100% ANE, 0 transitions" }, func(err error) bool {
+			var e *ComputeUnitMismatchError
+			return errors.As(err, &e) && e.Check == "placement"
 		}},
 		{"fp32", func(m *Manifest) { m.Precision = "fp32" }, func(err error) bool {
 			var e *PrecisionError

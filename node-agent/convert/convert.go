@@ -336,11 +336,11 @@ func Convert(dst string, ck *Checkpoint, o Options) (m *artifact.Manifest, err e
 		ConversionPolicy: artifact.ConversionPolicy{Name: o.Policy.Name, Digest: o.Policy.Digest()}, ConverterVersion: ConverterVersion,
 		GraphDigest: aneartifact.SHA256(progData), Backend: "ane", Rungs: o.Rungs, Layers: c.Layers, Dimensions: c.Hidden,
 		Precision: artifact.PrecisionFP16, ComputeUnits: artifact.ComputeUnitsCPUAndNE, Platform: o.Platform, Files: map[string]string{},
-		// Every operation the programs use is one the Neural Engine runs and the lookup and
-		// pooling are outside them: the plan is the device's whole by construction. The
-		// placement probe checks it on the machine.
-		ComputePlan: artifact.ComputePlan{NeuralEnginePercent: 100},
-		Parity:      artifact.Parity{Status: "passed", Goldens: aneartifact.GoldensFile, MaxAbsError: maxErr, Rungs: gated}}
+		// What is known of the placement is the path: each layer one program, compiled for the
+		// Neural Engine whole or not at all. No plan is computed or checked; the placement
+		// probe measures each loaded rung.
+		Placement: artifact.PlacementWholeProgram,
+		Parity:    artifact.Parity{Status: "passed", Goldens: aneartifact.GoldensFile, MaxAbsError: maxErr, Rungs: gated}}
 	if l := ck.TokenizerLimits; !l.Empty() {
 		m.Tokenizer = &artifact.TokenizerRecord{RemovedTruncation: l.Truncation, RemovedPadding: l.Padding}
 	}
