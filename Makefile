@@ -65,6 +65,10 @@ vet: ## Run go vet, here and for darwin/arm64 (the real Neural Engine path).
 test: envtest vet ## Run every test suite (unit, envtest, e2e) with the race detector.
 	go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: audit
+audit: envtest ## Run every test docs/no-silent-fallback.md names (go test -json): fail on any missing, skipped or failed.
+	go run ./hack/audit --doc docs/no-silent-fallback.md
+
 .PHONY: bench
 bench: envtest ## Run the benchmarks (the fleet ones against a local control plane).
 	go test -run '^$$' -bench . -benchmem ./...

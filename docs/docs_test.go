@@ -14,74 +14,76 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package docs holds the project's documents; its test keeps docs/no-silent-fallback.md true.
+// Package docs holds the project's documents. Its tests keep docs/no-silent-fallback.md true:
+// its tables read, every discarded error and recovered panic in the node agent is classified
+// there, and `make audit` (run by CI) runs every test the table names with `go test -json`.
 package docs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/ck-synapse/synapse-fleet/internal/audit"
 )
 
-var (
-	rowRE  = regexp.MustCompile("^\\| \\d+ \\|")
-	pkgRE  = regexp.MustCompile("`([a-z0-9/-]+)`: ((?:`Test[A-Za-z0-9_]+`|\"[^\"]+\")(?:, (?:`Test[A-Za-z0-9_]+`|\"[^\"]+\"))*)")
-	itemRE = regexp.MustCompile("`(Test[A-Za-z0-9_]+)`|\"([^\"]+)\"")
-)
-
-// TestEveryPinningTestOfTheAuditExists reads the audit's table and checks that each test it
-// names is defined in the package it names: a Go test function, or a ginkgo spec's text.
-func TestEveryPinningTestOfTheAuditExists(t *testing.T) {
+func readAudit(t *testing.T) *audit.Audit {
+	t.Helper()
 	data, err := os.ReadFile("no-silent-fallback.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, checked := 0, 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if !rowRE.MatchString(line) {
-			continue
-		}
-		rows++
-		cells := strings.Split(line, " | ")
-		pinned := cells[len(cells)-1]
-		refs := pkgRE.FindAllStringSubmatch(pinned, -1)
-		if len(refs) == 0 {
-			t.Errorf("row %q names no test", cells[0])
-		}
-		for _, ref := range refs {
-			src := packageSource(t, filepath.Join("..", ref[1]))
-			for _, item := range itemRE.FindAllStringSubmatch(ref[2], -1) {
-				checked++
-				switch {
-				case item[1] != "" && !strings.Contains(src, "func "+item[1]+"("):
-					t.Errorf("%s has no test %s", ref[1], item[1])
-				case item[2] != "" && !strings.Contains(src, `It("`+item[2]+`"`):
-					t.Errorf("%s has no spec %q", ref[1], item[2])
-				}
-			}
+	a, err := audit.Parse(string(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestTheAuditTableNamesATestForEveryRow reads the table: every row is pinned, rows are
+// numbered in order, and every package named holds tests. Whether each named test runs and
+// passes is `make audit`'s to say: it runs them.
+func TestTheAuditTableNamesATestForEveryRow(t *testing.T) {
+	a := readAudit(t)
+	for i, r := range a.Rows {
+		if r.Number != i+1 {
+			t.Errorf("row %d follows row %d", r.Number, i)
 		}
 	}
-	if rows < 20 || checked < rows {
-		t.Fatalf("read %d rows and %d tests: the table was not parsed", rows, checked)
+	if len(a.Rows) < 40 {
+		t.Fatalf("read %d rows: the table was not parsed", len(a.Rows))
+	}
+	for _, p := range a.Packages() {
+		files, err := filepath.Glob(filepath.Join("..", filepath.FromSlash(p.Package), "*_test.go"))
+		if err != nil || len(files) == 0 {
+			t.Errorf("%s holds no tests", p.Package)
+		}
 	}
 }
 
-// packageSource is every test file of a package, concatenated.
-func packageSource(t *testing.T, dir string) string {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no test files in %s", dir)
+// TestEveryDiscardedErrorAndRecoverIsClassified finds every error the node agent drops and
+// every panic it recovers, in its linux and its darwin/arm64 builds, and checks each against
+// the audit's table of discards: one that is not there, or a row whose discard is gone, fails.
+func TestEveryDiscardedErrorAndRecoverIsClassified(t *testing.T) {
+	a := readAudit(t)
+	found, err := audit.FindDiscards("..", [][]string{nil, {"GOOS=darwin", "GOARCH=arm64", "CGO_ENABLED=0"}}, "./node-agent/...")
+	if err != nil {
+		t.Fatal(err)
 	}
-	var b strings.Builder
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(data)
+	if len(found) < 20 {
+		t.Fatalf("found %d discards: the packages were not read", len(found))
 	}
-	return b.String()
+	missing, stale := a.Unclassified(found)
+	var rows []string
+	for _, d := range missing {
+		rows = append(rows, fmt.Sprintf("| `%s` `%s` | `%s` | <class> | <why it cannot change where a request runs> |", d.File, d.Func, d.What))
+	}
+	if len(rows) > 0 {
+		t.Errorf("%d discarded errors or recovers are not classified in no-silent-fallback.md; handle the error, or add a row:\n%s", len(rows), strings.Join(rows, "\n"))
+	}
+	for _, s := range stale {
+		t.Errorf("no-silent-fallback.md classifies a discard that is gone: %s", s.Key())
+	}
 }

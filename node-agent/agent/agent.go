@@ -174,7 +174,9 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 	if err != nil {
 		return err
 	}
-	_ = mgr.AddHealthzCheck("ping", healthz.Ping)
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
 	a.kube = mgr.GetClient()
 	if err := a.register(ctx, mgr.GetAPIReader(), port); err != nil {
 		return err
@@ -199,7 +201,14 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 	}
 	supCtx, stopSup := context.WithCancel(context.Background())
 	supDone := make(chan struct{})
-	go func() { defer close(supDone); _ = a.sup.Run(supCtx) }()
+	go func() {
+		defer close(supDone)
+		// Stopped for any reason but the agent's own shutdown, the supervisor answers every
+		// request engine_crashed from then on; that is said here too, not only in answers.
+		if err := a.sup.Run(supCtx); supCtx.Err() == nil {
+			a.cfg.Log.Error(err, "the residency supervisor stopped: every request is answered engine_crashed until the agent restarts")
+		}
+	}()
 
 	srv := &http.Server{Handler: a.api, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
