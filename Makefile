@@ -85,11 +85,12 @@ stress: build ## Run a residency stress case (CASE=residency-safety|cold-through
 FUZZTIME ?= 10m
 
 .PHONY: fuzz
-fuzz: ## Fuzz the frame decoder, the worker's message handling, the manifest parser and the archive unpacker, FUZZTIME each.
+fuzz: ## Fuzz the frame decoder, the worker's message handling, the manifest parser, the archive unpacker and the MIL validator, FUZZTIME each.
 	go test -run '^$$' -fuzz FuzzReadFrame -fuzztime $(FUZZTIME) ./node-agent/protocol
 	go test -run '^$$' -fuzz FuzzWorkerServe -fuzztime $(FUZZTIME) ./node-agent/worker
 	go test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./node-agent/artifact
 	go test -run '^$$' -fuzz FuzzUnpack -fuzztime $(FUZZTIME) ./node-agent/artifact
+	go test -run '^$$' -fuzz FuzzValidate -fuzztime $(FUZZTIME) ./node-agent/mil
 
 GENERATED_PATHS := api config charts node-agent/protocol
 

@@ -280,7 +280,9 @@ func ParseAttributes(m map[string]any, p mil.Program) (Attributes, error) {
 			}
 			pt := port(names[i])
 			s := Symbol{Name: names[i], Index: i, Layout: dense(pt.Channels, pt.Seq)}
-			if l, ok := layoutFor(layouts, names[i], pos); ok {
+			if l, ok, err := layoutFor(layouts, names[i], pos); err != nil {
+				return nil, err
+			} else if ok {
 				s.Layout = l
 			}
 			out = append(out, s)
@@ -297,8 +299,9 @@ func ParseAttributes(m map[string]any, p mil.Program) (Attributes, error) {
 }
 
 // layoutFor finds a symbol's entry in a live list: by its Name when entries carry one, else
-// the entry at the symbol's position.
-func layoutFor(list []any, name string, pos int) (Layout, bool) {
+// the entry at the symbol's position. An entry that is there but not a layout is an error:
+// the binding never guesses a layout the framework reported differently.
+func layoutFor(list []any, name string, pos int) (Layout, bool, error) {
 	var entry map[string]any
 	for _, e := range list {
 		if d, ok := e.(map[string]any); ok {
@@ -315,22 +318,17 @@ func layoutFor(list []any, name string, pos int) (Layout, bool) {
 		}
 	}
 	if entry == nil {
-		return Layout{}, false
+		return Layout{}, false, nil
 	}
 	l := Layout{Reported: true}
-	var ok [5]bool
-	l.Channels, ok[0] = number(entry["Channels"])
-	l.Height, ok[1] = number(entry["Height"])
-	l.Width, ok[2] = number(entry["Width"])
-	l.RowStride, ok[3] = number(entry["RowStride"])
-	l.PlaneStride, ok[4] = number(entry["PlaneStride"])
-	for _, o := range ok {
-		if !o {
-			return Layout{}, false
+	for key, field := range map[string]*int{"Channels": &l.Channels, "Height": &l.Height, "Width": &l.Width, "RowStride": &l.RowStride, "PlaneStride": &l.PlaneStride} {
+		var ok bool
+		if *field, ok = number(entry[key]); !ok {
+			return Layout{}, false, fmt.Errorf("symbol %s's layout has %s %v", name, key, entry[key])
 		}
 	}
 	l.Type, _ = entry["Type"].(string)
-	return l, true
+	return l, true, nil
 }
 
 func keys(m map[string]any) []string {

@@ -157,3 +157,37 @@ func TestSurfacesAreAtLeast16KiBAndOneSizeForEverySurfaceOfARequest(t *testing.T
 		t.Fatalf("%d is not whole 16 KiB pages holding %d bytes", got, 768*129*2)
 	}
 }
+
+// TestHostileAttributesAreRefusedNotTrusted: attributes of the wrong types, indices past the
+// names, layouts that do not fit the program are errors, never a panic or a binding.
+func TestHostileAttributesAreRefusedNotTrusted(t *testing.T) {
+	for name, edit := range map[string]func(a map[string]any){
+		"names that are numbers": func(a map[string]any) {
+			a["ANEFModelDescription"].(map[string]any)["kANEFModelInputSymbolsArrayKey"] = []any{1.0, 2.0}
+		},
+		"an index past the names": func(a map[string]any) {
+			a["ANEFModelDescription"].(map[string]any)["ANEFModelProcedures"] = []any{map[string]any{"ANEFModelProcedureID": 0.0,
+				"ANEFModelInputSymbolIndexArray": []any{0.0, 7.0}, "ANEFModelOutputSymbolIndexArray": []any{0.0}}}
+		},
+		"a negative stride": func(a map[string]any) {
+			a["NetworkStatusList"].([]any)[0].(map[string]any)["LiveInputList"].([]any)[1].(map[string]any)["PlaneStride"] = -128.0
+		},
+		"a fractional width": func(a map[string]any) {
+			a["NetworkStatusList"].([]any)[0].(map[string]any)["LiveInputList"].([]any)[1].(map[string]any)["Width"] = 63.5
+		},
+		"a description that is a list": func(a map[string]any) { a["ANEFModelDescription"] = []any{} },
+		"the same input twice": func(a map[string]any) {
+			a["ANEFModelDescription"].(map[string]any)["kANEFModelInputSymbolsArrayKey"] = []any{"x", "x"}
+		},
+	} {
+		a := attributesLike("mask", "x")
+		edit(a)
+		attrs, err := ParseAttributes(a, layerProgram)
+		if err == nil {
+			_, err = attrs.Bind(layerProgram)
+		}
+		if err == nil {
+			t.Errorf("%s: bound", name)
+		}
+	}
+}

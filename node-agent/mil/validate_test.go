@@ -151,3 +151,37 @@ func TestGroupedQueryAttentionAtQwen3sShapeStaysWithinTheDevicesDimensions(t *te
 		}
 	}
 }
+
+// FuzzValidate: no text and no weights make the validator panic; what it accepts keeps its
+// promises (unique names, inputs in name order).
+func FuzzValidate(f *testing.F) {
+	p, err := Linear{In: 4, Out: 8, Seq: 64, Weights: weights(4, 8, 1)}.Program()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(p.Text, p.Weights)
+	f.Add(strings.Replace(p.Text, "[8, 4, 1, 1]", "[8, 4]", 1), p.Weights)
+	f.Add(strings.Replace(p.Text, "conv(", "concat(", 1), p.Weights[:70])
+	f.Add("program(1.3)\n"+buildInfo+"\n{\n    func main<ios18>(tensor<fp16, []> x) {\n    } -> (x);\n}\n", []byte{})
+	f.Fuzz(func(t *testing.T, text string, w []byte) {
+		q := Program{Text: text, Weights: w}
+		if err := Validate(q); err != nil {
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("an untyped error: %v", err)
+			}
+			return
+		}
+		names := map[string]bool{}
+		for _, line := range strings.Split(text, "\n") {
+			if n, _, ok := strings.Cut(strings.TrimSpace(line), " = "); ok {
+				f := strings.Fields(n)
+				if v := f[len(f)-1]; names[v] {
+					t.Fatalf("accepted %s declared twice", v)
+				} else {
+					names[v] = true
+				}
+			}
+		}
+	})
+}
