@@ -206,6 +206,14 @@ func TestEveryProgramOfTheLadderIsValidAndWithinTheBudget(t *testing.T) {
 }
 
 func TestComparingFlagsNaNAndDifferencesBeyondFP16Steps(t *testing.T) {
+	// A device that gives NaN fails the check and still leaves a report JSON can hold.
+	c := Check{Name: "nan"}
+	if c.record([]float32{float32(math.NaN())}, []float32{1}) || !c.NonFinite {
+		t.Fatalf("NaN recorded as %+v", c)
+	}
+	if err := writeReport(filepath.Join(t.TempDir(), "r.json"), &Report{Schema: ReportSchema, Stages: []StageResult{{Checks: []Check{c}}}}); err != nil {
+		t.Fatalf("a report with a NaN check: %v", err)
+	}
 	want := []float32{1, -2, 40}
 	if d, ok := compare([]float32{1.01, -2, 40.5}, want); !ok || math.Abs(d-0.5) > 1e-6 {
 		t.Fatalf("within the bound: %v %t", d, ok)

@@ -103,18 +103,20 @@ type StageResult struct {
 
 // Check is one program a stage compiled, loaded and evaluated.
 type Check struct {
-	Name       string      `json:"name"`
-	Status     Status      `json:"status"`
-	Identifier string      `json:"identifier,omitempty"`
-	Cached     bool        `json:"cachedBefore"`
-	CompileMS  float64     `json:"compileMs,omitempty"`
-	LoadMS     float64     `json:"loadMs,omitempty"`
-	DeviceMS   float64     `json:"deviceMs,omitempty"`
-	CPUMS      float64     `json:"cpuMs,omitempty"`
-	BLASMS     float64     `json:"accelerateMs,omitempty"`
-	MaxDiff    float64     `json:"maxDiff"`
-	Detail     string      `json:"detail,omitempty"`
-	Error      *StageError `json:"error,omitempty"`
+	Name       string  `json:"name"`
+	Status     Status  `json:"status"`
+	Identifier string  `json:"identifier,omitempty"`
+	Cached     bool    `json:"cachedBefore"`
+	CompileMS  float64 `json:"compileMs,omitempty"`
+	LoadMS     float64 `json:"loadMs,omitempty"`
+	DeviceMS   float64 `json:"deviceMs,omitempty"`
+	CPUMS      float64 `json:"cpuMs,omitempty"`
+	BLASMS     float64 `json:"accelerateMs,omitempty"`
+	MaxDiff    float64 `json:"maxDiff"`
+	// NonFinite: the device gave NaN or infinity (MaxDiff is then 0: JSON has no infinity).
+	NonFinite bool        `json:"nonFinite,omitempty"`
+	Detail    string      `json:"detail,omitempty"`
+	Error     *StageError `json:"error,omitempty"`
 }
 
 // StageError is a failure as a report carries it.

@@ -200,9 +200,8 @@ func (l *ladder) check(spec programSpec, probe bool) (Check, map[string]any, err
 		c.Detail = fmt.Sprintf("device %.2f ms, Go reference %.1f ms, Accelerate %.2f ms: probe ratio %.2f (the probe refuses over 0.8)",
 			c.DeviceMS, c.CPUMS, c.BLASMS, c.DeviceMS/c.BLASMS)
 	}
-	var ok bool
-	if c.MaxDiff, ok = compare(got, want); !ok {
-		if math.IsInf(c.MaxDiff, 1) {
+	if !c.record(got, want) {
+		if c.NonFinite {
 			return c, raw, errors.New("the device gave NaN or infinity")
 		}
 		return c, raw, fmt.Errorf("the device differs from the CPU reference by %.4f", c.MaxDiff)

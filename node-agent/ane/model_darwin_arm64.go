@@ -18,6 +18,7 @@ package ane
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -335,7 +336,11 @@ func goValue(obj objc.ID, depth int) any {
 	case is("NSString"):
 		return goString(obj)
 	case is("NSNumber"):
-		return objc.Send[float64](obj, selector("doubleValue"))
+		v := objc.Send[float64](obj, selector("doubleValue"))
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Sprint(v) // a report is JSON, which has no NaN
+		}
+		return v
 	case is("NSDictionary"):
 		out := map[string]any{}
 		keys := obj.Send(selector("allKeys"))
