@@ -23,6 +23,7 @@ import (
 	"testing"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/family"
+	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
 )
 
 // lazyWeights makes each tensor on request, random and fixed by its name, so one layer of a
@@ -87,6 +88,40 @@ func BenchmarkCPUReferenceLayer(b *testing.B) {
 			}
 			b.ReportMetric(float64(len(p.Text)), "mil-bytes")
 			b.ReportMetric(float64(len(p.Weights))/(1<<20), "weights-MiB")
+		})
+	}
+}
+
+// BenchmarkEmitLayer emits one full-size layer's program (text, weights blob, validation):
+// what an admission pays per layer to re-emit a program and check it against the artifact's
+// digests. It checks the program passes the validator before timing.
+func BenchmarkEmitLayer(b *testing.B) {
+	gte, _ := family.ParseConfig([]byte(gteModernBERTConfig), "")
+	qwen, _ := family.ParseConfig([]byte(qwen3EmbeddingConfig), "")
+	for _, tc := range []struct {
+		name string
+		c    family.Config
+		seq  int
+	}{{"gte-modernbert-base/local/512", gte, 512}, {"qwen3-embedding-0.6b/512", qwen, 512}} {
+		b.Run(tc.name, func(b *testing.B) {
+			w := &zeroWeights{}
+			emit := func() mil.Program {
+				g, y, err := family.Layer(tc.c, 1, tc.seq, w)
+				if err != nil {
+					b.Fatal(err)
+				}
+				p, err := g.Program(y)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return p
+			}
+			if err := mil.Validate(emit()); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				emit()
+			}
 		})
 	}
 }

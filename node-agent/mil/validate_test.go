@@ -25,7 +25,7 @@ import (
 // sampleLayer is a small layer using every operation the families use: the norms, a GeGLU and
 // a SwiGLU, grouped-query attention with q/k norms, the rotary embedding and a causal mask,
 // and a local window.
-func sampleLayer(t *testing.T) Program {
+func sampleLayer(t testing.TB) Program {
 	t.Helper()
 	const c, seq = 16, 64
 	g, x := NewGraph(c, seq)
@@ -184,4 +184,15 @@ func FuzzValidate(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkValidate is the validator alone on a layer of every operation the families use.
+func BenchmarkValidate(b *testing.B) {
+	p := sampleLayer(b)
+	for b.Loop() {
+		if err := Validate(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(strings.Count(p.Text, "\n")), "lines")
 }
