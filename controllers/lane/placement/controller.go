@@ -19,9 +19,9 @@ limitations under the License.
 // the lane's nodeSelector, matches the lane's CertifiedIdentity exactly (worker signing
 // identifier, binary digest, protocol version and macOS build) and its budget holds one more
 // shape of the lane once every placement bound to it is counted, those made a moment ago and
-// not yet reported included (see fleet). Among those, nodes whose aned already holds the lane's
-// rungs come first (a cold compile avoided is minutes saved), then the least charged, so lanes
-// applied together spread over the fleet.
+// not yet reported included (see fleet). Among those the least charged for its budget comes
+// first, so lanes applied together spread over the fleet, and among nodes as free as each other
+// one whose aned already holds the lane's rungs (a cold compile avoided is minutes saved).
 package placement
 
 import (
@@ -31,11 +31,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -57,17 +60,27 @@ import (
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes;certifiedidentities;prewarmpolicies,verbs=get;list;watch
 
+// StatusInterval is the least time between two writes of a lane's status that only report its
+// replicas' progress (the Ready, compiling and failed counts and the Ready condition): the
+// phases an agent reports in quick succession become one write. What placement decided (the
+// nodes, the Placed condition) is written at once.
+const StatusInterval = time.Second
+
 // Controller reconciles CatalogLanes into LanePlacements.
 type Controller struct {
 	clk      clock.PassiveClock
 	kube     client.Client
 	recorder events.EventRecorder
 	fleet    *fleet
+
+	mu sync.Mutex
+	// wrote is when each lane's status was last written.
+	wrote map[types.NamespacedName]time.Time
 }
 
 // NewController returns the placement controller.
 func NewController(clk clock.PassiveClock, kube client.Client, recorder events.EventRecorder) *Controller {
-	return &Controller{clk: clk, kube: kube, recorder: recorder, fleet: newFleet(clk)}
+	return &Controller{clk: clk, kube: kube, recorder: recorder, fleet: newFleet(clk), wrote: map[types.NamespacedName]time.Time{}}
 }
 
 // Name of the controller.
@@ -100,6 +113,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.kube.Get(ctx, req.NamespacedName, lane); err != nil {
 		if apierrors.IsNotFound(err) {
 			c.fleet.forgetLane(req.NamespacedName)
+			c.mu.Lock()
+			delete(c.wrote, req.NamespacedName)
+			c.mu.Unlock()
 			metrics.UnplaceableLanes.DeletePartialMatch(map[string]string{"namespace": req.Namespace, "lane": req.Name})
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -135,6 +151,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		metrics.UnplaceableLanes.WithLabelValues(lane.Namespace, lane.Name, reason).Set(1)
 	}
 	if !equality.Semantic.DeepEqual(stored.Status, lane.Status) {
+		if wait := c.statusWait(req.NamespacedName, &stored.Status, &lane.Status); wait > 0 {
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
 		if stored.Status.Conditions == nil || meta.IsStatusConditionTrue(stored.Status.Conditions, v1.LaneConditionPlaced) != meta.IsStatusConditionTrue(lane.Status.Conditions, v1.LaneConditionPlaced) {
 			if reason != v1.LaneReasonPlaced {
 				c.recorder.Eventf(lane, nil, "Warning", reason, "Place", message)
@@ -143,8 +162,33 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := c.kube.Status().Patch(ctx, lane, client.MergeFrom(stored)); err != nil {
 			return reconcile.Result{}, err
 		}
+		c.mu.Lock()
+		c.wrote[req.NamespacedName] = c.clk.Now()
+		c.mu.Unlock()
 	}
 	return reconcile.Result{}, nil
+}
+
+// statusWait is how long a status write must wait to be coalesced with the next: zero when it
+// says something placement decided, or the lane's last write is StatusInterval old.
+func (c *Controller) statusWait(lane types.NamespacedName, stored, desired *v1.CatalogLaneStatus) time.Duration {
+	placedOf := func(st *v1.CatalogLaneStatus) metav1.Condition {
+		if cond := meta.FindStatusCondition(st.Conditions, v1.LaneConditionPlaced); cond != nil {
+			return metav1.Condition{Status: cond.Status, Reason: cond.Reason, Message: cond.Message}
+		}
+		return metav1.Condition{}
+	}
+	if stored.ObservedGeneration != desired.ObservedGeneration || stored.Replicas != desired.Replicas ||
+		!slices.Equal(stored.Nodes, desired.Nodes) || placedOf(stored) != placedOf(desired) {
+		return 0
+	}
+	c.mu.Lock()
+	last, ok := c.wrote[lane]
+	c.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	return max(0, StatusInterval-c.clk.Since(last))
 }
 
 func schedulable(node *v1.MacNode) bool {
@@ -221,7 +265,8 @@ func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *
 			}
 			return nil, "", "", err
 		}
-		c.recorder.Eventf(lane, p, "Normal", "Placed", "Place", "placed on node %s", node)
+		// No event per placement: the placement itself and the lane's status say where it went,
+		// and at a burst of thousands an event each would be a third of the writes.
 		metrics.PlacementDecisions.WithLabelValues("placed").Inc()
 		kept = append(kept, p)
 	}

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
 	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
 )
 
@@ -240,15 +241,18 @@ var _ = Describe("Placement", func() {
 		})
 	})
 
-	It("should prefer a node whose aned already holds the lane's rungs, then the least allocated", func() {
+	It("should prefer, among the least charged nodes, one whose aned already holds the lane's rungs", func() {
 		id := newIdentity()
-		newNode(func(n *v1.MacNode) { n.Status.Allocated.LayerExecutables = 0 })
+		newNode()
 		warm := newNode(func(n *v1.MacNode) {
-			n.Status.Allocated.LayerExecutables = 50
+			n.Status.Allocated.LayerExecutables = 50 // prewarmed shapes: not a charge
 			n.Status.CachedRungs = []v1.CachedRungs{{Identity: id.Name, Rungs: []v1.Rung{128, 256}}}
 		})
 		lane := reconcileLane(newLane(id, 1))
 		Expect(placements(lane)).To(HaveKey(warm.Name))
+
+		// The warm node now holds a lane; the next goes to the cold one, which is less charged.
+		Expect(placements(reconcileLane(newLane(id, 1)))).NotTo(HaveKey(warm.Name))
 	})
 
 	It("should keep a cordoned node's placement and put no new one there", func() {
@@ -332,6 +336,30 @@ var _ = Describe("Placement", func() {
 		Expect(kube.Update(ctx, lane)).To(Succeed())
 		lane = reconcileLane(lane)
 		Expect(placements(lane)[n.Name].Spec.PrewarmRungs).To(Equal([]v1.Rung{256}), "only rungs of the ladder")
+	})
+
+	It("should write its replicas' quick succession of phases as one status write, and what it decided at once", func() {
+		id := newIdentity()
+		n := newNode()
+		lane := reconcileLane(newLane(id, 1))
+		Expect(lane.Status.Nodes).To(Equal([]string{n.Name}), "the placement is written at once")
+
+		// The agent reports Compiling, then Ready, within a second.
+		p := placements(lane)[n.Name]
+		for _, phase := range []v1.PlacementPhase{v1.PhaseCompiling, v1.PhaseReady} {
+			p.Status.Phase = phase
+			Expect(kube.Status().Update(ctx, &p)).To(Succeed())
+			observe(&p)
+			before := writes.Load()
+			res, err := controller.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.RequeueAfter).To(Equal(placement.StatusInterval), "coalesced with what comes next")
+			Expect(writes.Load()).To(Equal(before))
+		}
+		clk.Step(placement.StatusInterval)
+		lane = reconcileLane(lane)
+		Expect(lane.Status.ReadyReplicas).To(BeEquivalentTo(1))
+		Expect(meta.IsStatusConditionTrue(lane.Status.Conditions, v1.ConditionReady)).To(BeTrue())
 	})
 
 	It("should write nothing on a resync with nothing to change", func() {

@@ -419,9 +419,7 @@ type outcome struct {
 // reserve finds up to req.want nodes for the lane and charges each at once with an assumed
 // placement (made by newPlacement for that node), so that the next lane placed sees them. A
 // node qualifies when it runs the identity, the selector takes it, it is schedulable, the lane
-// is not on it, and its free budget holds one shape. Nodes whose aned holds more of the lane's
-// rungs come first, then the least charged for their capacity, then those with fewer
-// placements, then by name. The caller creates the placements and calls forget for any it
+// is not on it, and its free budget holds one shape; the best come first (see better). The caller creates the placements and calls forget for any it
 // could not create.
 func (f *fleet) reserve(req request, newPlacement func(node string) *v1.LanePlacement) outcome {
 	f.mu.Lock()
@@ -493,15 +491,17 @@ func (f *fleet) reserve(req request, newPlacement func(node string) *v1.LanePlac
 	return out
 }
 
-// better orders candidate a before b: more cached rungs, then the smaller share of its budget
-// charged, then fewer placements, then the name.
+// better orders candidate a before b: the smaller share of its budget charged (lanes spread
+// over the fleet), then more of the lane's rungs in aned's cache (a cold compile avoided among
+// nodes as free as each other), then fewer placements, then the name. The cache does not come
+// first: it would pile every lane of a model onto the first node that compiled it.
 func better(a, b *nodeInfo, cachedA, cachedB int, chargedA, chargedB int32, countA, countB int) bool {
-	if cachedA != cachedB {
-		return cachedA > cachedB
-	}
 	// chargedA/capA < chargedB/capB, without division.
 	if l, r := int64(chargedA)*int64(b.capacity()), int64(chargedB)*int64(a.capacity()); l != r {
 		return l < r
+	}
+	if cachedA != cachedB {
+		return cachedA > cachedB
 	}
 	if countA != countB {
 		return countA < countB
