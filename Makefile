@@ -74,6 +74,15 @@ bench: envtest ## Run the benchmarks (the fleet ones against a local control pla
 	go test -run '^$$' -bench . -benchmem ./...
 	go test -run '^$$' -bench LeaseResident -benchmem -cpu 1,2 ./node-agent/supervisor
 
+NODES ?= 1000
+LANES ?= 5000
+
+.PHONY: scale
+scale: envtest ## Run NODES hollow Macs and LANES lanes (default 1000 and 5000) against the real controller, then three storms; report in bin/scale-report.json.
+	@mkdir -p $(LOCALBIN)
+	SCALE_NODES=$(NODES) SCALE_LANES=$(LANES) SCALE_REPORT=$(LOCALBIN)/scale-report.json \
+		go test -run '^$$' -bench '^BenchmarkHollowFleet$$' -benchtime 1x -timeout 4h ./test/scale
+
 CASE ?= residency-safety
 SIM_SCALE ?= 0.001
 

@@ -41,6 +41,7 @@ func main() {
 	var (
 		metricsAddr      string
 		probeAddr        string
+		pprofAddr        string
 		leaderElect      bool
 		leaderElectionNS string
 		secureMetrics    bool
@@ -48,6 +49,7 @@ func main() {
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "address Go's pprof endpoints bind to, for profiling; empty disables them")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so that only one replica reconciles at a time")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election Lease; defaults to the pod's namespace")
 	flag.BoolVar(&secureMetrics, "metrics-secure", false, "serve metrics over HTTPS with authentication and authorisation")
@@ -67,6 +69,7 @@ func main() {
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics},
 		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "synapse-controller.fleet.synapse.dev",
 		LeaderElectionNamespace: leaderElectionNS,

@@ -54,7 +54,6 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/httpapi"
 	"github.com/ck-synapse/synapse-fleet/node-agent/serving"
 	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
-	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
 )
 
 // LeaseNamespace holds the node Leases (the controller's macnode lifecycle watches them).
@@ -74,8 +73,9 @@ type Config struct {
 	// Address is the address clients reach the HTTP API on; Listen is where it listens.
 	Address string
 	Listen  string
-	// Host starts the workers; LockPath is the machine's lane lock.
-	Host     *workerhost.Host
+	// Host starts the workers (a workerhost.Host; the scale harness's hollow Macs start them in
+	// process); LockPath is the machine's lane lock.
+	Host     supervisor.Spawner
 	LockPath string
 	// ArtifactRoot holds the model artifacts (artifact.Path); nothing loads unless its artifact
 	// there verifies. ChipFamily and ConverterVersion complete this machine's profile.
@@ -141,8 +141,11 @@ func New(cfg Config) *Agent {
 	a.workerWarnings = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "synapse_agent_worker_warnings_total",
 		Help: "Warning lines the lane's workers wrote on stderr (every line but their own progress lines)."}, []string{"lane"})
 	a.registry.MustRegister(newCollector(a), a.probeRatio, a.workerWarnings)
-	if cfg.Host != nil {
-		cfg.Host.OnStderr(a.workerLine)
+	// A host that passes on its workers' stderr lines (workerhost.Host does) feeds the warnings.
+	if h, ok := cfg.Host.(interface {
+		OnStderr(func(lane string, gen int64, line string))
+	}); ok {
+		h.OnStderr(a.workerLine)
 	}
 	return a
 }

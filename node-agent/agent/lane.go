@@ -159,7 +159,9 @@ func servingLane(key string, spec v1.LanePlacementSpec, id *v1.CertifiedIdentity
 // selfCheck admits the lane's smallest rung and runs one input through it, checking the
 // answer's shape: a lane is Ready only once it has answered correctly.
 func (a *Agent) selfCheck(ctx context.Context, l *lane) error {
+	a.mu.Lock() // the reconciler may be updating the lane's spec meanwhile
 	key, task := l.key, string(l.spec.Task)
+	a.mu.Unlock()
 	seq := []uint32{1, 2, 3}
 	if task == string(v1.TaskRerank) {
 		seq = []uint32{1, 2, tokenizer.Separator, 3}

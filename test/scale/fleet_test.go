@@ -1,0 +1,370 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package scale
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/agent"
+	"github.com/ck-synapse/synapse-fleet/test/scale/hollow"
+)
+
+// agentGroup is the group the agents' credentials carry; config/agent binds its ClusterRole.
+const agentGroup = "synapse-fleet:agents"
+
+// fleetScenario sizes and times a run.
+type fleetScenario struct {
+	Nodes, Lanes int
+	SimScale     float64
+	// LeaseDuration and StatusInterval are the agents'; Grace and Eviction the controller's
+	// node grace period and eviction timeout.
+	LeaseDuration, StatusInterval, Grace, Eviction time.Duration
+	// Steady is how long the steady state is measured.
+	Steady time.Duration
+	// Storms runs the three storms after the rollout.
+	Storms bool
+	// Dir holds the run's state and logs; Profile, if set, is where CPU profiles are saved;
+	// Report, if set, where the report is written as JSON.
+	Dir, Profile, Report string
+	// Progress receives a line per step.
+	Progress io.Writer
+}
+
+// fleet is a running control plane, controller and hollow fleet.
+type fleet struct {
+	sc         fleetScenario
+	cp         *controlPlane
+	ctrl       *controllerProcess
+	audit      *auditLog
+	macs       map[string]*hollow.Mac
+	dead       map[string]bool // the Macs killed
+	specs      []hollow.Spec
+	identities []*v1.CertifiedIdentity
+	lanes      []*v1.CatalogLane
+	view       cache.Cache // the harness's own informers: what the report reads
+	stopView   context.CancelFunc
+	hollowLog  *lockedWriter
+}
+
+// macOS builds of the fleet: two fifths each of the first two, a fifth of the third.
+var builds = []v1.MacOSBuild{"25B78", "25B78", "25C56", "25C56", "25D44"}
+
+// models are the catalog's small models; their layers decide their charge.
+var models = []struct {
+	name   string
+	layers int32
+}{{"all-minilm-l6", 6}, {"bge-small-en", 12}}
+
+func (f *fleet) logf(format string, args ...any) {
+	fmt.Fprintf(f.sc.Progress, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+// startFleet starts the control plane, applies the shipped RBAC, starts the controller under
+// its own ServiceAccount with leader election on, and starts the hollow Macs, each under its
+// own certificate in the agents' group; it returns once every Mac reports Ready.
+func startFleet(ctx context.Context, sc fleetScenario) (f *fleet, err error) {
+	f = &fleet{sc: sc, macs: map[string]*hollow.Mac{}, dead: map[string]bool{}}
+	defer func() {
+		if err != nil {
+			f.stop()
+		}
+	}()
+	ctrl.SetLogger(logr.Discard()) // the hollow agents' managers log through their own loggers
+	if f.cp, err = startControlPlane(sc.Dir); err != nil {
+		return f, err
+	}
+	f.audit = &auditLog{path: f.cp.audit}
+	for _, ns := range []string{controllerNamespace} {
+		if err := f.cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return f, err
+		}
+	}
+	for _, dir := range []string{"config/rbac", "config/agent"} {
+		if err := applyKustomization(ctx, f.cp.Client, filepath.Join(repoRoot(), dir)); err != nil {
+			return f, err
+		}
+	}
+	bin, err := buildController(sc.Dir)
+	if err != nil {
+		return f, err
+	}
+	kubeconfig := filepath.Join(sc.Dir, "controller.kubeconfig")
+	if err := controllerKubeconfig(ctx, f.cp, kubeconfig); err != nil {
+		return f, err
+	}
+	f.ctrl = newControllerProcess(bin, kubeconfig, filepath.Join(sc.Dir, "controller.log"), sc.Grace, sc.Eviction)
+	if err := f.ctrl.start(); err != nil {
+		return f, err
+	}
+	if err := f.startView(ctx); err != nil {
+		return f, err
+	}
+
+	digest := v1.Sha256Digest(fmt.Sprintf("sha256:%064x", 17))
+	artifacts := filepath.Join(sc.Dir, "artifacts")
+	for _, b := range []v1.MacOSBuild{"25B78", "25C56", "25D44"} {
+		for _, m := range models {
+			id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: strings.ToLower(m.name + "-" + string(b))}, Spec: v1.CertifiedIdentitySpec{
+				Worker: v1.WorkerIdentity{SigningIdentifier: hollow.SigningID, BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
+				Model: v1.ModelIdentity{Name: m.name, Revision: "r1", Layers: m.layers, HiddenSize: 384, EmbeddingDimensions: 384,
+					CheckpointDigest: v1.Sha256Digest(fmt.Sprintf("sha256:%064x", m.layers))},
+				ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: v1.Sha256Digest(fmt.Sprintf("sha256:%064x", 1))},
+				MacOSBuild:       b, VectorSpaceID: m.name + "/r1"}}
+			if err := f.cp.Client.Create(ctx, id); err != nil {
+				return f, err
+			}
+			if err := hollow.InstallArtifact(artifacts, id); err != nil {
+				return f, err
+			}
+			f.identities = append(f.identities, id)
+		}
+	}
+
+	logFile, err := os.Create(filepath.Join(sc.Dir, "hollow.log"))
+	if err != nil {
+		return f, err
+	}
+	f.hollowLog = &lockedWriter{w: bufio.NewWriterSize(logFile, 1<<20), f: logFile}
+	cfg := hollow.Config{
+		RestConfig: func(name string) (*rest.Config, error) {
+			u, err := f.cp.env.AddUser(envtest.User{Name: "synapse-node-" + name, Groups: []string{agentGroup}}, f.cp.Config)
+			if err != nil {
+				return nil, err
+			}
+			rc := u.Config()
+			rc.QPS, rc.Burst = -1, 0 // as the agent's own configuration: the API server's fairness limits it
+			return rc, nil
+		},
+		Scheme: f.cp.Scheme, StateDir: filepath.Join(sc.Dir, "macs"), ArtifactRoot: artifacts, BinaryDigest: digest,
+		SimScale: sc.SimScale, LeaseDuration: sc.LeaseDuration, StatusInterval: sc.StatusInterval,
+		Log: funcr.New(func(prefix, args string) { fmt.Fprintln(f.hollowLog, prefix, args) }, funcr.Options{}),
+	}
+	for i := range sc.Nodes {
+		spec := hollow.Spec{Name: fmt.Sprintf("mac-%04d", i), MacOSBuild: builds[i%len(builds)],
+			Labels: map[string]string{"zone": fmt.Sprintf("z%d", i%4)}}
+		if i%10 < 2 {
+			spec.Budget = 60 // an older, smaller Mac
+		}
+		f.specs = append(f.specs, spec)
+	}
+	f.logf("starting %d hollow Macs", sc.Nodes)
+	start := time.Now()
+	for _, spec := range f.specs {
+		m, err := hollow.Start(cfg, spec)
+		if err != nil {
+			return f, err
+		}
+		f.macs[spec.Name] = m
+	}
+	if err := f.waitFor(ctx, "every Mac Ready", 10*time.Minute, func() (bool, string) { return f.macsReady(nil) }); err != nil {
+		return f, err
+	}
+	f.logf("%d hollow Macs Ready in %.1fs", sc.Nodes, time.Since(start).Seconds())
+	return f, nil
+}
+
+// startView starts the harness's informers on the admin credentials.
+func (f *fleet) startView(ctx context.Context) error {
+	view, err := cache.New(f.cp.Config, cache.Options{Scheme: f.cp.Scheme, ByObject: map[client.Object]cache.ByObject{
+		&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{agent.LeaseNamespace: {}}}}})
+	if err != nil {
+		return err
+	}
+	for _, o := range []client.Object{&v1.CatalogLane{}, &v1.LanePlacement{}, &v1.MacNode{}, &coordinationv1.Lease{}} {
+		if _, err := view.GetInformer(ctx, o); err != nil {
+			return err
+		}
+	}
+	vctx, cancel := context.WithCancel(ctx)
+	f.view, f.stopView = view, cancel
+	go func() { _ = view.Start(vctx) }()
+	if !view.WaitForCacheSync(ctx) {
+		return fmt.Errorf("the harness's informers did not sync")
+	}
+	return nil
+}
+
+func (f *fleet) stop() {
+	for _, m := range f.macs {
+		_ = m.Kill(10 * time.Second)
+	}
+	if f.stopView != nil {
+		f.stopView()
+	}
+	if f.ctrl != nil {
+		_ = f.ctrl.stop()
+	}
+	if f.cp != nil {
+		_ = f.cp.Stop()
+	}
+	if f.hollowLog != nil {
+		f.hollowLog.close()
+	}
+}
+
+// macsReady reports whether every Mac not in dead reports Ready.
+func (f *fleet) macsReady(dead map[string]bool) (bool, string) {
+	var nodes v1.MacNodeList
+	if err := f.view.List(context.Background(), &nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return false, err.Error()
+	}
+	ready := 0
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if !dead[n.Name] && meta.IsStatusConditionTrue(n.Status.Conditions, v1.ConditionReady) && n.Status.Capacity.LayerExecutables > 0 {
+			ready++
+		}
+	}
+	want := len(f.specs) - len(dead)
+	return ready == want, fmt.Sprintf("%d of %d Macs Ready", ready, want)
+}
+
+// leasesRenewedSince reports whether every Mac not in dead has renewed its Lease since t.
+func (f *fleet) leasesRenewedSince(t time.Time, dead map[string]bool) (bool, string) {
+	var leases coordinationv1.LeaseList
+	if err := f.view.List(context.Background(), &leases, client.InNamespace(agent.LeaseNamespace), client.UnsafeDisableDeepCopy); err != nil {
+		return false, err.Error()
+	}
+	renewed := 0
+	for _, l := range leases.Items {
+		if !dead[l.Name] && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(t) {
+			renewed++
+		}
+	}
+	want := len(f.specs) - len(dead)
+	return renewed == want, fmt.Sprintf("%d of %d Macs have renewed their Lease", renewed, want)
+}
+
+// waitFor polls cond every 250 ms until it holds, saying how far it is every 10 s.
+func (f *fleet) waitFor(ctx context.Context, what string, timeout time.Duration, cond func() (bool, string)) error {
+	deadline := time.Now().Add(timeout)
+	lastSaid := time.Now()
+	for {
+		ok, how := cond()
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for %s: not within %s: %s", what, timeout, how)
+		}
+		if time.Since(lastSaid) > 10*time.Second {
+			_, macs := f.macsReady(f.dead)
+			f.logf("waiting for %s: %s (%s)", what, how, macs)
+			lastSaid = time.Now()
+		}
+		for name, m := range f.macs {
+			if err := m.Err(); err != nil {
+				return fmt.Errorf("hollow Mac %s stopped: %w", name, err)
+			}
+		}
+		if err := f.ctrl.exited(); err != nil {
+			// As its Deployment would, start it again (it exits when it loses its leader Lease).
+			f.logf("%v; starting it again", err)
+			f.ctrl.Restarts++
+			if err := f.ctrl.start(); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// applyKustomization creates every object of the files a kustomization lists.
+func applyKustomization(ctx context.Context, kube client.Client, dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		return err
+	}
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := sigsyaml.Unmarshal(data, &k); err != nil {
+		return err
+	}
+	for _, r := range k.Resources {
+		data, err := os.ReadFile(filepath.Join(dir, r))
+		if err != nil {
+			return err
+		}
+		dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); err == io.EOF {
+				break
+			} else if err != nil {
+				return fmt.Errorf("%s/%s: %w", dir, r, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			if err := kube.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("%s/%s: %w", dir, r, err)
+			}
+		}
+	}
+	return nil
+}
+
+// lockedWriter is a buffered log the hollow agents share.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+	f  *os.File
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_ = l.w.Flush()
+	_ = l.f.Close()
+}

@@ -1,0 +1,221 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package hollow runs hollow Macs, as kubemark runs hollow nodes: each is the real node agent's
+// cluster side (node-agent/agent: registration, Lease renewal at its interval, the placement
+// reconciler, the status writer and its coalescing, its HTTP API) against a real API server,
+// with only the worker processes and the Neural Engine replaced in process by the sim's timing
+// model (see Spawner). A thousand fit in one process on a small machine.
+package hollow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/agent"
+	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
+	"github.com/ck-synapse/synapse-fleet/node-agent/simane"
+)
+
+// SigningID is the worker signing identifier every hollow Mac reports.
+const SigningID = "synapse-ane-worker"
+
+// Spec is one hollow Mac.
+type Spec struct {
+	Name       string
+	MacOSBuild v1.MacOSBuild
+	Labels     map[string]string
+	// Budget is its layer executables (0: the agent's default, 100).
+	Budget int
+	// Faults is injected into every worker generation it starts (worker.ParseFaults).
+	Faults string
+}
+
+// Config is what every hollow Mac of a fleet shares.
+type Config struct {
+	// RestConfig returns the credentials the named Mac's agent uses (its own identity).
+	RestConfig func(name string) (*rest.Config, error)
+	Scheme     *runtime.Scheme
+	// StateDir holds each Mac's lane lock; ArtifactRoot the sim artifacts (see InstallArtifact),
+	// one tree per macOS build shared by the Macs of that build, as a disk image would be.
+	StateDir, ArtifactRoot string
+	// BinaryDigest is the worker binary digest the Macs report and identities certify.
+	BinaryDigest v1.Sha256Digest
+	// SimScale scales the simulated compile and load times.
+	SimScale float64
+	// LeaseDuration and StatusInterval are the agents' (0: their defaults).
+	LeaseDuration, StatusInterval time.Duration
+	Log                           logr.Logger
+}
+
+// Mac is one running hollow Mac.
+type Mac struct {
+	Spec    Spec
+	Machine *simane.Machine
+	plug    *plug
+	cancel  context.CancelFunc
+	done    chan struct{}
+	err     error
+}
+
+// Start starts a hollow Mac's agent. It returns at once; the agent registers its MacNode,
+// renews its Lease and serves its placements until Kill or Stop.
+func Start(cfg Config, spec Spec) (*Mac, error) {
+	rc, err := cfg.RestConfig(spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	state := filepath.Join(cfg.StateDir, spec.Name)
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return nil, err
+	}
+	m := &Mac{Spec: spec, plug: newPlug(), done: make(chan struct{}),
+		Machine: simane.New(simane.Config{Clock: clock.RealClock{}, Scale: cfg.SimScale})}
+	rc = rest.CopyConfig(rc)
+	rc.Dial = m.plug.dial
+	a := agent.New(agent.Config{
+		NodeName: spec.Name, Labels: spec.Labels,
+		Platform: v1.Platform{Chip: "Apple M4 (hollow)", MacOSBuild: spec.MacOSBuild, HardwareModel: "hollow"},
+		Worker:   v1.NodeWorker{SigningIdentifier: SigningID, BinaryDigest: cfg.BinaryDigest, ProtocolVersion: 3, Backend: v1.BackendSim},
+		Budget:   spec.Budget, Address: "127.0.0.1", Listen: "127.0.0.1:0",
+		Host: &Spawner{Machine: m.Machine, SigningID: SigningID, BinaryDigest: string(cfg.BinaryDigest), Clock: clock.RealClock{},
+			Faults: spec.Faults, CallTimeout: 30 * time.Second, AdmitTimeout: 30 * time.Minute},
+		LockPath:     filepath.Join(state, "ane.lock"),
+		ArtifactRoot: filepath.Join(cfg.ArtifactRoot, string(spec.MacOSBuild)), ChipFamily: chipFamily, ConverterVersion: artifact.SimConverterVersion,
+		LeaseDuration: cfg.LeaseDuration, StatusInterval: cfg.StatusInterval,
+		Clock: clock.RealClock{}, Log: cfg.Log.WithValues("node", spec.Name),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	go func() {
+		defer close(m.done)
+		m.err = a.Run(ctx, rc, cfg.Scheme)
+	}()
+	return m, nil
+}
+
+// Stop stops the agent as SIGTERM does: it retires its lanes and marks its placements.
+func (m *Mac) Stop(timeout time.Duration) error {
+	m.cancel()
+	return m.wait(timeout)
+}
+
+// Kill ends the Mac as a power cut would: its connections to the API server drop at once and
+// nothing it does afterwards reaches it; then its agent is stopped (its last words fail).
+func (m *Mac) Kill(timeout time.Duration) error {
+	m.plug.cut()
+	m.cancel()
+	_ = m.wait(timeout)
+	select {
+	case <-m.done:
+		return nil
+	default:
+		return fmt.Errorf("hollow Mac %s did not stop within %s", m.Spec.Name, timeout)
+	}
+}
+
+// wait waits for the agent to return, and returns its error.
+func (m *Mac) wait(timeout time.Duration) error {
+	select {
+	case <-m.done:
+		return m.err
+	case <-time.After(timeout):
+		return fmt.Errorf("hollow Mac %s did not stop within %s", m.Spec.Name, timeout)
+	}
+}
+
+var errCut = errors.New("the hollow Mac was cut off")
+
+// plug is a Mac's network cable: every connection its agent makes to the API server goes
+// through it, and cutting it closes them and refuses new ones.
+type plug struct {
+	mu    sync.Mutex
+	cut_  bool
+	conns map[net.Conn]struct{}
+	d     net.Dialer
+}
+
+func newPlug() *plug { return &plug{conns: map[net.Conn]struct{}{}} }
+
+func (p *plug) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	p.mu.Lock()
+	if p.cut_ {
+		p.mu.Unlock()
+		return nil, errCut
+	}
+	p.mu.Unlock()
+	c, err := p.d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut_ {
+		c.Close()
+		return nil, errCut
+	}
+	tc := &trackedConn{Conn: c, p: p}
+	p.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+// trackedConn leaves its plug's set when it closes.
+type trackedConn struct {
+	net.Conn
+	p *plug
+}
+
+func (c *trackedConn) Close() error {
+	c.p.mu.Lock()
+	delete(c.p.conns, c)
+	c.p.mu.Unlock()
+	return c.Conn.Close()
+}
+
+func (p *plug) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut_ = true
+	for c := range p.conns {
+		_ = c.(*trackedConn).Conn.Close()
+	}
+	clear(p.conns)
+}
+
+// Err is why the agent stopped, nil while it runs.
+func (m *Mac) Err() error {
+	select {
+	case <-m.done:
+		if m.err == nil {
+			return errors.New("the agent returned")
+		}
+		return m.err
+	default:
+		return nil
+	}
+}

@@ -1,0 +1,158 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package hollow
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
+	"github.com/ck-synapse/synapse-fleet/node-agent/simane"
+	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
+	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
+)
+
+func spawner(clk *clocktesting.FakeClock, faults string) *Spawner {
+	return &Spawner{Machine: simane.New(simane.Config{Clock: clk, Scale: 1}), SigningID: SigningID, BinaryDigest: "sha256:ab",
+		Clock: clk, Faults: faults, CallTimeout: time.Minute, AdmitTimeout: time.Hour}
+}
+
+var spec = supervisor.ModelSpec{Lane: "ns/lane", Identity: "gte", Model: "gte", Dimensions: 8, Layers: 3, Rungs: []int{128, 256}}
+
+// stepUntil steps the fake clock until done is closed, each time the worker waits on it: the
+// simulated compiles take their seed-scale time on the fake clock and no longer in real time.
+func stepUntil(t *testing.T, clk *clocktesting.FakeClock, done <-chan struct{}) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if clk.HasWaiters() {
+			clk.Step(time.Second)
+		} else {
+			time.Sleep(time.Millisecond) // waiting for the worker to reach its next timer
+		}
+	}
+	t.Fatal("the hollow worker did not finish")
+}
+
+func TestAHollowWorkerCompilesLayerByLayerAndReportsProgress(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := spawner(clk, "")
+	w, cached, err := s.Spawn(context.Background(), spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cached) != 0 {
+		t.Fatalf("a fresh machine's aned holds %v", cached)
+	}
+	var adm supervisor.Admission
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		adm, err = w.Admit(context.Background(), 128)
+	}()
+	start := clk.Now()
+	stepUntil(t, clk, done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adm.CompiledLayers == nil || *adm.CompiledLayers != 3 || *adm.CacheHitLayers != 0 {
+		t.Errorf("admission %+v, want 3 layers compiled", adm)
+	}
+	if took := clk.Since(start); took < 3*simane.LayerCompileTime(128) {
+		t.Errorf("3 layers compiled in %s of simulated time, want at least %s", took, 3*simane.LayerCompileTime(128))
+	}
+	if got, _ := w.Inventory(context.Background()); !slices.Equal(got, []int{128}) {
+		t.Errorf("inventory %v", got)
+	}
+	payload, _ := proto.Marshal(&pb.Execute{Task: "embed", Sequences: []*pb.Sequence{{TokenIds: []uint32{1, 2, 3}}}})
+	raw, err := w.Exchange(context.Background(), 128, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply := &pb.Reply{}
+	if err := proto.Unmarshal(raw, reply); err != nil || len(reply.Vectors) != 1 ||
+		!slices.Equal(reply.Vectors[0].Values, worker.Embed("gte", 8, []uint32{1, 2, 3})) {
+		t.Errorf("reply %v (%v), want the sim model's embedding", reply, err)
+	}
+
+	// A second generation on the same machine finds the rung in aned's cache.
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-w.Exited()
+	w2, cached, err := s.Spawn(context.Background(), spec, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cached, []int{128}) {
+		t.Errorf("the second generation sees %v cached, want [128]", cached)
+	}
+	_ = w2.Kill()
+	<-w2.Exited()
+}
+
+func TestAHollowWorkerRefusesAndCrashesAsTheSimWorkerDoes(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	w, _, err := spawner(clk, "crash:admit:2").Spawn(context.Background(), spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A refusal: the worker answered, its stream is healthy.
+	_, err = w.Admit(context.Background(), 4096)
+	var we *supervisor.WorkerError
+	if !errors.As(err, &we) || we.Code != "unsupported_shape" {
+		t.Fatalf("admitting a rung off the ladder: %v, want the worker's unsupported_shape", err)
+	}
+	// The injected crash: a fault, and the generation's exit is confirmed.
+	_, err = w.Admit(context.Background(), 128)
+	if err == nil || errors.As(err, &we) {
+		t.Fatalf("the crashed admission answered %v, want a fault", err)
+	}
+	select {
+	case <-w.Exited():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the crashed generation's exit was never confirmed")
+	}
+}
+
+func TestKillingAHollowWorkerEndsItsCompile(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	w, _, err := spawner(clk, "").Spawn(context.Background(), spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := w.Admit(context.Background(), 256); done <- err }()
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond) // until the compile waits on the clock
+	}
+	_ = w.Kill()
+	if err := <-done; err == nil {
+		t.Error("an admission whose worker was killed succeeded")
+	}
+	<-w.Exited()
+}
