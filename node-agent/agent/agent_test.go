@@ -495,6 +495,7 @@ func TestOnlyAWorkersOwnProgressLinesAreNotWarnings(t *testing.T) {
 		"ane-direct shape admission: shape=128 layers_loaded=2 cache_hit=0 compiled=2 total_ms=1.0 outcome=admitted": false,
 		"ane-direct compile cache check: model_ref=tiny cached=[] checked=2 total_ms=0.1":                            false,
 		"ane-direct placement probe: shape=128 device_ms=0.010 cpu_ms=0.025 ratio=0.40":                              false,
+		"ane-direct placement probe: shape=128 simulated ratio=0.40":                                                 false,
 		"":                               false,
 		"injected fault: crash at admit": true,
 		"ane-direct device timeout: context deadline exceeded; exiting":             true,

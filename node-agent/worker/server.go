@@ -219,7 +219,13 @@ func (s *Server) handle(ctx context.Context, req *pb.Request) *pb.Response {
 		if err != nil {
 			return fail(err)
 		}
-		fmt.Fprintf(s.Stderr, "ane-direct placement probe: shape=%d device_ms=%.3f cpu_ms=%.3f ratio=%.2f\n", b.Probe.Rung, ms(device), ms(cpu), float64(device)/float64(cpu))
+		if s.Identity.Backend == "sim" {
+			// The stand-in measures nothing: its ratio is configured, and no time is shown as if
+			// measured.
+			fmt.Fprintf(s.Stderr, "ane-direct placement probe: shape=%d simulated ratio=%.2f\n", b.Probe.Rung, float64(device)/float64(cpu))
+		} else {
+			fmt.Fprintf(s.Stderr, "ane-direct placement probe: shape=%d device_ms=%.3f cpu_ms=%.3f ratio=%.2f\n", b.Probe.Rung, ms(device), ms(cpu), float64(device)/float64(cpu))
+		}
 		return &pb.Response{Body: &pb.Response_ProbeResult{ProbeResult: &pb.ProbeResult{Rung: b.Probe.Rung, DeviceMs: msf(device), CpuMs: msf(cpu)}}}
 	}
 	return fail(&Error{Code: "unknown_request", Message: "this worker does not know the request"})

@@ -152,7 +152,8 @@ func TestThePlacementProbeTimesTheDeviceAndModelsTheCPUReference(t *testing.T) {
 	for _, tc := range []struct {
 		ratio, want float64
 	}{{0, 0.4}, {0.97, 0.97}} {
-		s := newServer(io.Discard)
+		var stderr bytes.Buffer
+		s := newServer(&stderr)
 		s.Backend.(*Sim).ProbeRatio = tc.ratio
 		resps := converse(t, s,
 			&pb.Request{Id: 1, Body: &pb.Request_Load{Load: &pb.Load{Identity: "gte", Layers: 2, Dimensions: 8, Rungs: []uint32{128}}}},
@@ -169,6 +170,11 @@ func TestThePlacementProbeTimesTheDeviceAndModelsTheCPUReference(t *testing.T) {
 		}
 		if got := p.DeviceMs / p.CpuMs; got < tc.want-0.001 || got > tc.want+0.001 {
 			t.Fatalf("ratio %.3f, want %.2f", got, tc.want)
+		}
+		// The stand-in's line says its probe is simulated and shows no time as measured.
+		want := fmt.Sprintf("ane-direct placement probe: shape=128 simulated ratio=%.2f\n", tc.want)
+		if out := stderr.String(); !strings.HasSuffix(out, want) {
+			t.Fatalf("the sim's probe line: %q, want %q", out, want)
 		}
 	}
 }
