@@ -37,12 +37,14 @@ help: ## Show the targets.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen ## Generate the CRDs and RBAC, and copy the CRDs into the chart.
+manifests: controller-gen ## Generate the CRDs and RBAC, and copy the CRDs, RBAC rules and node-restriction policies into the chart.
 	$(CONTROLLER_GEN) rbac:roleName=synapse-controller crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) rbac:roleName=synapse-agent paths="./node-agent/agent/..." output:rbac:artifacts:config=config/agent
 	rm -f $(CHART_CRDS)/*.yaml && mkdir -p $(CHART_CRDS) && cp config/crd/bases/*.yaml $(CHART_CRDS)/
 	cp config/rbac/role.yaml charts/synapse-fleet/files/role.yaml
 	cp config/agent/role.yaml charts/synapse-fleet/files/agent-role.yaml
+	cp config/policies/node_restriction.yaml charts/synapse-fleet/files/node-restriction.yaml
+	cp config/rbac/leader_election_role.yaml charts/synapse-fleet/files/leader-election-role.yaml
 
 .PHONY: generate
 generate: controller-gen ## Generate the deepcopy code.
@@ -109,7 +111,7 @@ verify: manifests generate proto kustomize ## Regenerate everything, fail if a c
 		echo "generated files are stale; run 'make manifests generate proto' and commit:"; \
 		git --no-pager diff --stat -- $(GENERATED_PATHS); git ls-files --others --exclude-standard -- $(GENERATED_PATHS); exit 1; fi
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	@for k in config/default config/samples config/prometheus; do $(KUSTOMIZE) build $$k >/dev/null || { echo "kustomize build $$k failed"; exit 1; }; done
+	@for k in config/default config/policies config/samples config/prometheus; do $(KUSTOMIZE) build $$k >/dev/null || { echo "kustomize build $$k failed"; exit 1; }; done
 
 .PHONY: helm-lint
 helm-lint: helm ## Lint and render the Helm chart.
@@ -129,7 +131,7 @@ run: ## Run the controller against the cluster of the current kubeconfig.
 
 .PHONY: dev
 dev: envtest build ## Start a local fleet: control plane, controller, three simulated Macs, the samples (Ctrl-C stops).
-	go run ./hack/devfleet --assets $(KUBEBUILDER_ASSETS) --bin $(LOCALBIN) --crds config/crd/bases --samples config/samples --write-kubeconfig $(LOCALBIN)/dev.kubeconfig
+	go run ./hack/devfleet --assets $(KUBEBUILDER_ASSETS) --bin $(LOCALBIN) --config config --samples config/samples --write-kubeconfig $(LOCALBIN)/dev.kubeconfig
 
 .PHONY: goldens
 goldens: ## Rewrite the golden MIL programs and weight blobs of node-agent/mil and node-agent/family from the emitter (review the diff).

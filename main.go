@@ -22,6 +22,7 @@ package main
 import (
 	"flag"
 	"os"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -30,10 +31,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleetv1alpha1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
 )
 
@@ -45,29 +48,56 @@ func main() {
 		leaderElect      bool
 		leaderElectionNS string
 		secureMetrics    bool
+		allowed, denied  string
 		opts             controllers.Options
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address the Prometheus metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz probes bind to")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "address Go's pprof endpoints bind to, for profiling; empty disables them")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so that only one replica reconciles at a time")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election Lease; defaults to the pod's namespace")
-	flag.BoolVar(&secureMetrics, "metrics-secure", false, "serve metrics over HTTPS with authentication and authorisation")
+	flag.BoolVar(&secureMetrics, "metrics-secure", true, "serve metrics over HTTPS to callers authenticated by TokenReview and authorised by SubjectAccessReview (get /metrics)")
+	flag.StringVar(&allowed, "endpoint-cidrs", "", "comma-separated CIDRs the Macs' addresses may be in; only those are published in the lanes' EndpointSlices (none: no address is)")
+	flag.StringVar(&denied, "denied-endpoint-cidrs", "", "comma-separated CIDRs never published, beside the cluster's own service, pod and node addresses (read from the API)")
 	flag.DurationVar(&opts.NodeGracePeriod, "node-grace-period", lifecycle.DefaultGracePeriod, "how old a node's Lease may get before the node is Unknown")
 	flag.DurationVar(&opts.NodeEvictionTimeout, "node-eviction-timeout", lifecycle.DefaultEvictionTimeout, "how long a node may stay Unknown before its placements are re-placed")
+	flag.Float64Var(&opts.NodeEvictionRate, "node-eviction-rate", lifecycle.DefaultEvictionRate, "how many lost nodes a second may have their placements re-placed")
+	flag.Float64Var(&opts.UnhealthyThreshold, "unhealthy-threshold", lifecycle.DefaultUnhealthyThreshold,
+		"share of unreachable nodes (at least 3, or all of them) from which evictions stop until the fleet is reachable again")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 
+	var err error
+	if opts.Addresses.Allowed, err = endpoints.ParsePrefixes(strings.Split(allowed, ",")); err != nil {
+		log.Error(err, "--endpoint-cidrs")
+		os.Exit(2)
+	}
+	if opts.Addresses.Denied, err = endpoints.ParsePrefixes(strings.Split(denied, ",")); err != nil {
+		log.Error(err, "--denied-endpoint-cidrs")
+		os.Exit(2)
+	}
+	if len(opts.Addresses.Allowed) == 0 {
+		log.Info("no --endpoint-cidrs: no Mac address is published in the lanes' EndpointSlices until it is set")
+	}
+
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(fleetv1alpha1.AddToScheme(scheme))
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	restConfig := ctrl.GetConfigOrDie()
+	metricsOpts := metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics}
+	if secureMetrics {
+		// controller-runtime's filter: TokenReview for who calls, SubjectAccessReview for
+		// whether RBAC lets them get /metrics (config/rbac/metrics_reader_role.yaml).
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics},
+		Cache:                   controllers.CacheOptions(),
+		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  probeAddr,
 		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,

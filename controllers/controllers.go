@@ -43,15 +43,22 @@ type Options struct {
 	// NodeGracePeriod is how old a node's Lease may get before the node is Unknown;
 	// NodeEvictionTimeout how long it may then stay Unknown before its placements go.
 	NodeGracePeriod, NodeEvictionTimeout time.Duration
+	// NodeEvictionRate is how many lost nodes a second may be evicted; UnhealthyThreshold the
+	// share of unreachable nodes from which evictions stop.
+	NodeEvictionRate, UnhealthyThreshold float64
+	// Addresses says which node addresses the lanes' EndpointSlices may list.
+	Addresses endpoints.AddressPolicy
 }
 
 // NewControllers lists every controller, with every dependency given here.
 func NewControllers(clk clock.Clock, kube client.Client, recorder events.EventRecorder, opts Options) []Controller {
 	return []Controller{
 		placement.NewController(clk, kube, recorder),
-		endpoints.NewController(kube),
+		endpoints.NewController(clk, kube, opts.Addresses),
+		endpoints.NewAddressController(clk, kube, opts.Addresses),
 		identity.NewController(clk, kube, recorder),
 		prewarm.NewController(clk, kube),
-		lifecycle.NewController(clk, kube, recorder).WithTimeouts(opts.NodeGracePeriod, opts.NodeEvictionTimeout),
+		lifecycle.NewController(clk, kube, recorder).WithTimeouts(opts.NodeGracePeriod, opts.NodeEvictionTimeout).
+			WithEvictionRate(opts.NodeEvictionRate).WithUnhealthyThreshold(opts.UnhealthyThreshold),
 	}
 }

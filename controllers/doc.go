@@ -17,10 +17,13 @@ limitations under the License.
 // Package controllers holds the reconcilers of synapse-controller, one subpackage per concern
 // (lane placement, node lifecycle, endpoints, identities, prewarm policies).
 //
-// The RBAC markers below are the permissions the manager itself needs; each reconciler declares
-// its own beside its code.
+// The RBAC markers below are the permissions the manager itself needs (events; the metrics
+// endpoint's authentication and authorisation of its scrapers); each reconciler declares its
+// own beside its code. The leader-election Lease is in the controller's own namespace, under a
+// Role of its own (config/rbac/leader_election_role.yaml), not in this ClusterRole.
 //
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=cataloglanes;certifiedidentities;prewarmpolicies;macnodes;laneplacements,verbs=get;list;watch
 package controllers

@@ -19,16 +19,20 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,7 +41,9 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
+	"github.com/ck-synapse/synapse-fleet/internal/manifests"
 	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
 
@@ -54,22 +60,38 @@ var (
 	done   chan struct{}
 )
 
+// The manager runs as the controller's ServiceAccount under the RBAC of config/ (the chart's),
+// with the cache scoped as main.go scopes it, so a permission the code needs and the shipped
+// RBAC lacks fails here.
 var _ = BeforeSuite(func() {
 	var err error
 	te, err = testenv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	kube = te.Client
 	ctx, cancel = context.WithCancel(context.Background())
+	objs, err := manifests.Read(filepath.Join(testenv.ConfigDir(), "default"))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(manifests.Apply(ctx, kube, manifests.Without(objs, "Deployment", "CustomResourceDefinition"))).To(Succeed())
 
-	mgr, err := ctrl.NewManager(te.Config, ctrl.Options{
+	cs, err := kubernetes.NewForConfig(te.Config)
+	Expect(err).NotTo(HaveOccurred())
+	tr, err := cs.CoreV1().ServiceAccounts("synapse-system").CreateToken(ctx, "synapse-controller", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	asController := rest.AnonymousClientConfig(te.Config)
+	asController.BearerToken = tr.Status.Token
+
+	mgr, err := ctrl.NewManager(asController, ctrl.Options{
 		Scheme:                  te.Scheme,
+		Cache:                   controllers.CacheOptions(),
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		LeaderElection:          true,
 		LeaderElectionID:        "synapse-controller.fleet.synapse.dev",
-		LeaderElectionNamespace: "default",
+		LeaderElectionNamespace: "synapse-system",
 	})
 	Expect(err).NotTo(HaveOccurred())
-	for _, c := range controllers.NewControllers(clock.RealClock{}, mgr.GetClient(), mgr.GetEventRecorder("synapse-controller"), controllers.Options{}) {
+	opts := controllers.Options{Addresses: endpoints.AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}}
+	for _, c := range controllers.NewControllers(clock.RealClock{}, mgr.GetClient(), mgr.GetEventRecorder("synapse-controller"), opts) {
 		Expect(c.Register(ctx, mgr)).To(Succeed())
 	}
 	done = make(chan struct{})
@@ -78,7 +100,6 @@ var _ = BeforeSuite(func() {
 		defer close(done)
 		Expect(mgr.Start(ctx)).To(Succeed())
 	}()
-	Expect(kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lifecycle.LeaseNamespace}})).To(Succeed())
 })
 
 var _ = AfterSuite(func() {
@@ -92,6 +113,7 @@ func fakeAgent(name string, digest v1.Sha256Digest, ip string) {
 	GinkgoHelper()
 	n := &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	Expect(kube.Create(ctx, n)).To(Succeed())
+	stored := n.DeepCopy()
 	n.Status = v1.MacNodeStatus{Platform: v1.Platform{Chip: "M4", MacOSBuild: "25B78"},
 		Worker:      v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
 		Capacity:    v1.ExecutableBudget{LayerExecutables: 100},
@@ -99,7 +121,8 @@ func fakeAgent(name string, digest v1.Sha256Digest, ip string) {
 		ServingPort: 8080,
 		Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady,
 			LastTransitionTime: metav1.Now()}}}
-	Expect(kube.Status().Update(ctx, n)).To(Succeed())
+	// A merge patch, as the agent writes: the controller writes the node's status too.
+	Expect(kube.Status().Patch(ctx, n, client.MergeFrom(stored))).To(Succeed())
 	Expect(kube.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: lifecycle.LeaseNamespace},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), RenewTime: ptr.To(metav1.NowMicro())}})).To(Succeed())
 }
@@ -108,7 +131,7 @@ var _ = Describe("The manager", func() {
 	It("should take the leader lease and place a lane end to end with agents that report Ready", func() {
 		Eventually(func(g Gomega) {
 			lease := &coordinationv1.Lease{}
-			g.Expect(kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "synapse-controller.fleet.synapse.dev"}, lease)).To(Succeed())
+			g.Expect(kube.Get(ctx, client.ObjectKey{Namespace: "synapse-system", Name: "synapse-controller.fleet.synapse.dev"}, lease)).To(Succeed())
 			g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
 		}).WithTimeout(30 * time.Second).Should(Succeed())
 
@@ -117,8 +140,8 @@ var _ = Describe("The manager", func() {
 			Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
 			Model:            v1.ModelIdentity{Name: "gte", Revision: "r", Layers: 22, HiddenSize: 768, EmbeddingDimensions: 768, CheckpointDigest: digest},
 			ConversionPolicy: v1.ConversionPolicy{Name: "p", Digest: digest}, MacOSBuild: "25B78", VectorSpaceID: "gte"}})).To(Succeed())
-		fakeAgent("mac-a", digest, "10.0.0.1")
-		fakeAgent("mac-b", digest, "10.0.0.2")
+		fakeAgent("mac-a", digest, "192.0.2.1")
+		fakeAgent("mac-b", digest, "192.0.2.2")
 		lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: "gte-search", Namespace: "default"},
 			Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
 				Rungs: []v1.Rung{128, 256}, Replicas: 2, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}

@@ -38,6 +38,15 @@ const (
 	// LaneReasonNotEnoughNodes: fewer usable nodes match than the lane has replicas (the
 	// rest are not ready, cordoned or paused, or there are too few).
 	LaneReasonNotEnoughNodes = "NotEnoughNodes"
+
+	// LaneConditionServiceReady is True when the lane's Service (named after the lane) is the
+	// one the controller created for it; False when that name is taken.
+	LaneConditionServiceReady = "ServiceReady"
+	// LaneReasonServiceReady: the lane's Service and EndpointSlices are the controller's.
+	LaneReasonServiceReady = "ServiceReady"
+	// LaneReasonServiceNameTaken: a Service (or EndpointSlice) of the lane's name exists that the
+	// controller did not create; it is never taken over, and the lane gets no endpoints.
+	LaneReasonServiceNameTaken = "ServiceNameTaken"
 )
 
 // CatalogLaneSpec is a model served on an explicit device across a number of Mac nodes.

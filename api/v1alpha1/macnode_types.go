@@ -30,11 +30,33 @@ const (
 	NodeConditionTempSpaceLow = "TempSpaceLow"
 	// NodeConditionPaused is True when spec.paused has unloaded every lane of the node.
 	NodeConditionPaused = "Paused"
+	// NodeConditionAddressAllowed is True when the address the agent reports may be published
+	// in the lanes' EndpointSlices: inside the CIDRs the operator allows and outside the
+	// cluster's own pod, service and node ranges. False says why the node is left out.
+	NodeConditionAddressAllowed = "AddressAllowed"
+	// NodeConditionEvictionHeld is True while the controller holds this lost node's eviction
+	// because most of the fleet is unreachable at once (a partition, not Macs dying).
+	NodeConditionEvictionHeld = "EvictionHeld"
 
 	// NodeReasonAgentReady: the agent heartbeats and its worker backend is usable.
 	NodeReasonAgentReady = "AgentReady"
 	// NodeReasonLeaseExpired: the agent has not renewed its Lease within the grace period.
 	NodeReasonLeaseExpired = "LeaseExpired"
+	// NodeReasonAddressAllowed: the address is inside an allowed CIDR.
+	NodeReasonAddressAllowed = "AddressAllowed"
+	// NodeReasonAddressNotAllowed: the address is outside every CIDR the operator allows (or
+	// none is configured).
+	NodeReasonAddressNotAllowed = "AddressNotAllowed"
+	// NodeReasonAddressInClusterRange: the address is inside the cluster's own pod, service or
+	// node addresses, or a range the operator denies.
+	NodeReasonAddressInClusterRange = "AddressInClusterRange"
+	// NodeReasonAddressUnusable: no address, or one no EndpointSlice can hold (loopback,
+	// link-local, unspecified, multicast, not IPv4).
+	NodeReasonAddressUnusable = "AddressUnusable"
+	// NodeReasonFleetPartitioned: too much of the fleet is unreachable at once for evictions.
+	NodeReasonFleetPartitioned = "FleetPartitioned"
+	// NodeReasonEvictionResumed: the fleet is reachable again; the hold is lifted.
+	NodeReasonEvictionResumed = "EvictionResumed"
 )
 
 // WorkerBackend is how a node's workers reach a Neural Engine.

@@ -43,8 +43,20 @@ var (
 		Name: "synapse_macnode_ready",
 		Help: "1 when the MacNode's agent heartbeats, 0 when its Lease expired.",
 	}, []string{"node"})
+
+	// EvictionsHeld is 1 while the node lifecycle holds evictions because too much of the fleet
+	// is unreachable at once, with the number of unreachable nodes in UnreachableNodes.
+	EvictionsHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "synapse_evictions_held",
+		Help: "1 while evictions are held because most of the fleet is unreachable at once (a partition), else 0.",
+	})
+	// UnreachableNodes is how many MacNodes' Leases were stale when evictions were last judged.
+	UnreachableNodes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "synapse_unreachable_macnodes",
+		Help: "MacNodes whose Lease had not been seen renewed within the grace period when evictions were last judged.",
+	})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(PlacementDecisions, UnplaceableLanes, NodeReady)
+	ctrlmetrics.Registry.MustRegister(PlacementDecisions, UnplaceableLanes, NodeReady, EvictionsHeld, UnreachableNodes)
 }

@@ -28,9 +28,9 @@ import (
 )
 
 type options struct {
-	assets, bin, crds, samples, kubeconfig string
-	firstPort                              int
-	simScale                               float64
+	assets, bin, config, samples, kubeconfig string
+	firstPort                                int
+	simScale                                 float64
 }
 
 // fleet is what run leaves running until its context ends.
@@ -64,7 +64,7 @@ func run(ctx context.Context, opts options, out io.Writer, ready func(io.Writer,
 	}
 	defer os.RemoveAll(dir)
 	ms := macs(opts.firstPort)
-	f, err := localfleet.Start(ctx, localfleet.Options{Assets: opts.assets, CRDs: opts.crds, Bin: opts.bin, Dir: dir, Macs: ms,
+	f, err := localfleet.Start(ctx, localfleet.Options{Assets: opts.assets, Config: opts.config, Bin: opts.bin, Dir: dir, Macs: ms,
 		SimScale: opts.simScale, Out: out})
 	if err != nil {
 		return err

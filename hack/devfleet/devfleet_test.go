@@ -53,7 +53,7 @@ func TestDevFleetServesTheSamples(t *testing.T) {
 	opts := options{
 		assets:     assets,
 		bin:        dir,
-		crds:       filepath.Join("..", "..", "config", "crd", "bases"),
+		config:     filepath.Join("..", "..", "config"),
 		samples:    filepath.Join("..", "..", "config", "samples"),
 		kubeconfig: filepath.Join(dir, "dev.kubeconfig"),
 		firstPort:  0,

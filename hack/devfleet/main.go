@@ -32,7 +32,7 @@ func main() {
 	var opts options
 	flag.StringVar(&opts.assets, "assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory holding kube-apiserver, etcd and kubectl")
 	flag.StringVar(&opts.bin, "bin", "bin", "directory holding synapse-controller, synapse-agent and synapse-ane-worker (make build)")
-	flag.StringVar(&opts.crds, "crds", "config/crd/bases", "directory of CRD manifests")
+	flag.StringVar(&opts.config, "config", "config", "the project's config/ directory: the CRDs, RBAC and node-restriction policies installed from it")
 	flag.StringVar(&opts.samples, "samples", "config/samples", "directory of sample manifests to apply")
 	// Not "kubeconfig": controller-runtime registers that flag for the config it loads.
 	flag.StringVar(&opts.kubeconfig, "write-kubeconfig", "bin/dev.kubeconfig", "where to write the kubeconfig of the local control plane")

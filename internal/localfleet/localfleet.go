@@ -15,8 +15,10 @@ limitations under the License.
 */
 
 // Package localfleet runs a whole fleet on one machine, as processes: the envtest control plane
-// (kube-apiserver and etcd), the CRDs, synapse-controller, and simulated Macs (synapse-agent
-// with sim workers). make dev and the e2e suite both run it.
+// (kube-apiserver and etcd), the CRDs, the RBAC and node-restriction policies of config/,
+// synapse-controller under its own ServiceAccount, and simulated Macs (synapse-agent with sim
+// workers), each joined as its own node identity. make dev and the e2e suite both run it; only
+// the caller (kubectl, the tests) uses the administrator's kubeconfig.
 package localfleet
 
 import (
@@ -36,9 +38,6 @@ import (
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -47,7 +46,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
-	"github.com/ck-synapse/synapse-fleet/node-agent/agent"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 )
 
@@ -65,8 +63,9 @@ type Mac struct {
 
 // Options configures a fleet.
 type Options struct {
-	// Assets holds kube-apiserver, etcd and kubectl; CRDs the CRD manifests.
-	Assets, CRDs string
+	// Assets holds kube-apiserver, etcd and kubectl; Config is the project's config/ (the CRDs,
+	// RBAC and policies installed from it).
+	Assets, Config string
 	// Bin holds synapse-controller, synapse-agent and synapse-ane-worker (see Build).
 	Bin string
 	// Dir holds the fleet's state: the kubeconfig, the API server's certificates, the Macs'
@@ -88,7 +87,8 @@ type Fleet struct {
 	env    *envtest.Environment
 	Config *rest.Config
 	Client client.Client
-	// Kubeconfig is the path of a kubeconfig for kubectl and the processes.
+	// Kubeconfig is the path of the administrator's kubeconfig, for kubectl and the tests; the
+	// controller and the Macs run under identities of their own.
 	Kubeconfig string
 	// WorkerDigest is the SHA-256 of the worker binary every Mac reports.
 	WorkerDigest v1.Sha256Digest
@@ -97,7 +97,7 @@ type Fleet struct {
 	controller *process
 	agents     map[string]*process
 	ports      map[string]int
-	ip         string // the Macs' address
+	ip         string // the address the Macs advertise; callers use the loopback
 }
 
 // Start starts the control plane, the controller and the Macs, and waits until every one is
@@ -115,7 +115,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: opts.Assets,
-		CRDDirectoryPaths:     []string{opts.CRDs},
+		CRDDirectoryPaths:     []string{filepath.Join(opts.Config, "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		// Certificates in a directory of ours survive an API server restart, and so do the
 		// clients' credentials.
@@ -147,7 +147,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if f.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return f, err
 	}
-	if err := f.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.LeaseNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := f.install(ctx); err != nil {
 		return f, err
 	}
 	digest, err := artifact.FileSHA256(filepath.Join(opts.Bin, "synapse-ane-worker"))
@@ -187,16 +187,23 @@ func (f *Fleet) Stop() error {
 }
 
 func (f *Fleet) startController(ctx context.Context) error {
+	kubeconfig, err := f.controllerKubeconfig(ctx)
+	if err != nil {
+		return err
+	}
 	probe, metrics := freePort("127.0.0.1"), freePort("127.0.0.1")
-	args := []string{"--kubeconfig", f.Kubeconfig, "--leader-elect=false",
+	args := []string{"--kubeconfig", kubeconfig, "--leader-elect", "--leader-election-namespace", ControllerNamespace,
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe), "--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metrics)}
+	if f.ip != "127.0.0.1" {
+		// The Macs advertise this machine's address: it is the one address they may publish.
+		args = append(args, "--endpoint-cidrs", f.ip+"/32")
+	}
 	if f.opts.NodeGracePeriod > 0 {
 		args = append(args, "--node-grace-period", f.opts.NodeGracePeriod.String())
 	}
 	if f.opts.NodeEvictionTimeout > 0 {
 		args = append(args, "--node-eviction-timeout", f.opts.NodeEvictionTimeout.String())
 	}
-	var err error
 	f.controller, err = startProcess("controller", filepath.Join(f.opts.Bin, "synapse-controller"), args, nil, f.opts.Out)
 	if err != nil {
 		return err
@@ -213,14 +220,18 @@ func (f *Fleet) StartMac(ctx context.Context, m Mac) error {
 		port = m.Port
 	}
 	if port == 0 {
-		port = freePort(f.ip)
+		port = freePort(f.listenIPs()...)
 	}
 	f.ports[m.Name] = port
 	f.mu.Unlock()
-	state := filepath.Join(f.opts.Dir, "macs", m.Name)
-	args := []string{"--kubeconfig", f.Kubeconfig, "--node-name", m.Name, "--backend", "sim", "--macos-build", m.MacOSBuild,
+	state := f.StateDir(m.Name)
+	kubeconfig, err := f.join(ctx, m.Name)
+	if err != nil {
+		return err
+	}
+	args := []string{"--kubeconfig", kubeconfig, "--node-name", m.Name, "--backend", "sim", "--macos-build", m.MacOSBuild,
 		"--chip", "Apple M4 (sim)", "--state-dir", state, "--worker-binary", filepath.Join(f.opts.Bin, "synapse-ane-worker"),
-		"--listen", net.JoinHostPort(f.ip, strconv.Itoa(port)), "--advertise-address", f.ip,
+		"--listen", f.listenAddrs(port), "--advertise-address", f.ip,
 		"--sim-scale", strconv.FormatFloat(f.opts.SimScale, 'g', -1, 64)}
 	if m.Budget > 0 {
 		args = append(args, "--budget", strconv.Itoa(m.Budget))
@@ -301,7 +312,7 @@ func (f *Fleet) InstallArtifact(id *v1.CertifiedIdentity) error {
 
 // ArtifactRoot is where a Mac's agent looks for artifacts.
 func (f *Fleet) ArtifactRoot(mac string) string {
-	return filepath.Join(f.opts.Dir, "macs", mac, "artifacts")
+	return filepath.Join(f.StateDir(mac), "artifacts")
 }
 
 // PID is the process id of a Mac's running agent, 0 if it is not running.
@@ -314,11 +325,32 @@ func (f *Fleet) PID(name string) int {
 	return 0
 }
 
-// URL is the base URL of a Mac's HTTP API.
+// URL is the base URL of a Mac's HTTP API on the loopback: tests and benchmarks send traffic
+// there only, while the Mac also listens on, and advertises, the machine's interface address.
 func (f *Fleet) URL(name string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return "http://" + net.JoinHostPort(f.ip, strconv.Itoa(f.ports[name]))
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(f.ports[name]))
+}
+
+// listenIPs are the addresses a Mac listens on: the loopback, which callers use, and the
+// address it advertises, which its MacNode reports and its lanes' EndpointSlices list. (When
+// the agents serve TLS, a certificate for the advertised address verifies a loopback call
+// that names that address as the server name.)
+func (f *Fleet) listenIPs() []string {
+	if f.ip == "127.0.0.1" {
+		return []string{f.ip}
+	}
+	return []string{"127.0.0.1", f.ip}
+}
+
+// listenAddrs is the agent's --listen value for port.
+func (f *Fleet) listenAddrs(port int) string {
+	var out []string
+	for _, ip := range f.listenIPs() {
+		out = append(out, net.JoinHostPort(ip, strconv.Itoa(port)))
+	}
+	return strings.Join(out, ",")
 }
 
 // RestartAPIServer kills the kube-apiserver, as a crash would, and starts it again on the same

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -70,9 +71,12 @@ type Config struct {
 	Worker   v1.NodeWorker
 	// Budget is the machine's layer executables (supervisor.DefaultBudget if zero).
 	Budget int
-	// Address is the address clients reach the HTTP API on; Listen is where it listens.
+	// Address is the address the node advertises (its MacNode's InternalIP, which the lanes'
+	// EndpointSlices list); Listen are the addresses the HTTP API listens on, one listener each.
+	// A later address with port 0 takes the first one's port, so one serving port covers them
+	// all: a node may advertise its interface address while local callers use the loopback.
 	Address string
-	Listen  string
+	Listen  []string
 	// Host starts the workers (a workerhost.Host; the scale harness's hollow Macs start them in
 	// process); LockPath is the machine's lane lock.
 	Host     supervisor.Spawner
@@ -157,11 +161,10 @@ func (a *Agent) Handler() http.Handler { return a.api }
 // and Lease, the placement reconciler and the status writer. On the way out it retires every
 // lane, so no worker outlives the agent.
 func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtime.Scheme) error {
-	ln, err := net.Listen("tcp", a.cfg.Listen)
+	lns, port, err := listenAll(a.cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", a.cfg.Listen, err)
+		return err
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
 
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                 scheme,
@@ -191,7 +194,7 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 8) // one per goroutine below, with room to spare
+	errs := make(chan error, 8) // one per goroutine below and one for the listeners, with room to spare
 	goRun := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -214,17 +217,22 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 	}()
 
 	srv := &http.Server{Handler: a.api, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errs <- fmt.Errorf("http: %w", err)
-			cancel()
-		}
-	}()
+	for _, ln := range lns {
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				select {
+				case errs <- fmt.Errorf("http on %s: %w", ln.Addr(), err):
+				default: // another listener's failure is already stopping the agent
+				}
+				cancel()
+			}
+		}()
+	}
 	goRun("manager", mgr.Start)
 	goRun("lease", a.heartbeat)
 	goRun("status", a.writeStatus)
 	goRun("probe", a.probeLoop)
-	a.cfg.Log.Info("agent running", "node", a.cfg.NodeName, "listen", ln.Addr().String(), "address", a.cfg.Address)
+	a.cfg.Log.Info("agent running", "node", a.cfg.NodeName, "listen", addrsOf(lns), "address", a.cfg.Address)
 
 	<-ctx.Done()
 	wg.Wait()
@@ -241,6 +249,51 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 		all = append(all, err)
 	}
 	return errors.Join(all...)
+}
+
+// listenAll opens one listener per address, in order; an address after the first whose port is
+// 0 takes the first listener's port. It returns the listeners and that port; on error none is
+// left open.
+func listenAll(addrs []string) ([]net.Listener, int, error) {
+	if len(addrs) == 0 {
+		return nil, 0, errors.New("no listen address")
+	}
+	var lns []net.Listener
+	port := 0
+	for _, addr := range addrs {
+		host, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			closeAll(lns)
+			return nil, 0, fmt.Errorf("listen address %q: %w", addr, err)
+		}
+		if port != 0 && (p == "0" || p == "") {
+			addr = net.JoinHostPort(host, strconv.Itoa(port))
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			closeAll(lns)
+			return nil, 0, fmt.Errorf("listening on %s: %w", addr, err)
+		}
+		if port == 0 {
+			port = ln.Addr().(*net.TCPAddr).Port
+		}
+		lns = append(lns, ln)
+	}
+	return lns, port, nil
+}
+
+func closeAll(lns []net.Listener) {
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
+}
+
+func addrsOf(lns []net.Listener) []string {
+	out := make([]string, len(lns))
+	for i, ln := range lns {
+		out[i] = ln.Addr().String()
+	}
+	return out
 }
 
 // retireAll unloads every lane: their workers exit before the agent does.

@@ -33,7 +33,7 @@ import (
 
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=synapse-node-lease
 
 // register creates the node's MacNode if it does not exist; a node that comes back keeps its
 // object (and its placements).

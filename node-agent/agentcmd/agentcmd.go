@@ -19,6 +19,7 @@ limitations under the License.
 package agentcmd
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,7 +48,8 @@ import (
 
 type options struct {
 	nodeName, stateDir, lockPath, workerBinary, backend string
-	listen, advertise, macOSBuild, chip, signingID      string
+	advertise, macOSBuild, chip, signingID              string
+	listen                                              []string
 	artifactRoot, chipFamily                            string
 	labels                                              map[string]string
 	simScale                                            float64
@@ -83,8 +85,8 @@ explicitly (--backend sim): an agent never switches to it on its own.`,
 	f.StringVar(&o.workerBinary, "worker-binary", "", "the synapse-ane-worker executable (default: next to this binary)")
 	f.StringVar(&o.backend, "backend", "ane", "the workers' backend: ane (macOS on Apple silicon) or sim (the stand-in, any OS)")
 	f.StringVar(&o.signingID, "signing-identifier", "synapse-ane-worker", "the worker's code-signing identifier")
-	f.StringVar(&o.listen, "listen", ":8080", "the HTTP API's listen address")
-	f.StringVar(&o.advertise, "advertise-address", "", "the address clients reach this node on (default: the first non-loopback IPv4 address)")
+	f.StringSliceVar(&o.listen, "listen", []string{":8080"}, "the HTTP API's listen addresses (repeat or comma-separate); a later one with port 0 takes the first one's port")
+	f.StringVar(&o.advertise, "advertise-address", "", "the address the node advertises, which the lanes' EndpointSlices list (default: the first non-loopback IPv4 address)")
 	f.StringVar(&o.macOSBuild, "macos-build", "", "sim: the macOS build the node reports (the ane backend reads the real one)")
 	f.StringVar(&o.chip, "chip", "", "sim: the chip the node reports")
 	f.StringVar(&o.chipFamily, "chip-family", "", "sim: the chip family artifacts are matched against (default M4); the ane backend reads it from the chip")
@@ -98,7 +100,7 @@ explicitly (--backend sim): an agent never switches to it on its own.`,
 	f.AddGoFlagSet(gf)
 	// --kubeconfig is controller-runtime's own flag.
 	f.AddGoFlag(flag.CommandLine.Lookup("kubeconfig"))
-	cmd.AddCommand(newArtifactsCommand())
+	cmd.AddCommand(newArtifactsCommand(), newJoinCommand())
 	return cmd
 }
 
@@ -155,7 +157,18 @@ func run(cmd *cobra.Command, o options) error {
 			return err
 		}
 	}
+	// The Mac's own identity: the kubeconfig join wrote into the state directory, unless
+	// --kubeconfig or $KUBECONFIG names another.
+	if kc := flag.CommandLine.Lookup("kubeconfig"); kc != nil {
+		if p := identityKubeconfig(kc.Value.String(), o.stateDir); p != kc.Value.String() {
+			_ = kc.Value.Set(p)
+		}
+	}
 	restConfig, err := ctrl.GetConfig()
+	if err != nil {
+		return err
+	}
+	renewer, err := identityRenewer(restConfig, o.nodeName, log)
 	if err != nil {
 		return err
 	}
@@ -172,7 +185,12 @@ func run(cmd *cobra.Command, o options) error {
 		ArtifactRoot: o.artifactRoot, ChipFamily: family, ConverterVersion: converter,
 		Budget: o.budget, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval, Address: o.advertise, Listen: o.listen, Host: host, LockPath: o.lockPath, Clock: clk, Log: log,
 	})
-	return a.Run(ctrl.SetupSignalHandler(), restConfig, scheme)
+	ctx, cancel := context.WithCancel(ctrl.SetupSignalHandler())
+	defer cancel()
+	renewing := runRenewer(ctx, renewer)
+	err = a.Run(ctx, restConfig, scheme)
+	cancel() // the renewer stops with the agent
+	return errors.Join(err, <-renewing)
 }
 
 // platformOf is the machine the node reports. The ane backend reads the real macOS build; the

@@ -65,7 +65,7 @@ func startFleet(b *testing.B, lanes int) (*localfleet.Fleet, []string) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	f, err := localfleet.Start(ctx, localfleet.Options{Assets: assets, CRDs: testenv.CRDDir(), Bin: bin, Dir: b.TempDir(),
+	f, err := localfleet.Start(ctx, localfleet.Options{Assets: assets, Config: testenv.ConfigDir(), Bin: bin, Dir: b.TempDir(),
 		SimScale: 1e-6, Out: io.Discard, Macs: []localfleet.Mac{{Name: "mac-bench", MacOSBuild: "25B78"}}})
 	if err != nil {
 		b.Fatal(err)

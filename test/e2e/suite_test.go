@@ -85,7 +85,7 @@ var _ = BeforeSuite(func() {
 	}
 	var err error
 	fleet, err = localfleet.Start(ctx, localfleet.Options{
-		Assets: assets, CRDs: testenv.CRDDir(), Bin: bin, Dir: GinkgoT().TempDir(), SimScale: 0.01, Out: out,
+		Assets: assets, Config: testenv.ConfigDir(), Bin: bin, Dir: GinkgoT().TempDir(), SimScale: 0.01, Out: out,
 		Macs:          []localfleet.Mac{macs["mac-a"], macs["mac-b"], macs["mac-c"], macs["mac-d"]},
 		LeaseDuration: 3 * time.Second, StatusInterval: 200 * time.Millisecond,
 		// Short, so a lost Mac is noticed in seconds; the eviction timeout outlasts an API server

@@ -48,11 +48,14 @@ type Env struct {
 	Client client.WithWatch
 }
 
-// CRDDir is config/crd/bases of this checkout, wherever the test runs from.
-func CRDDir() string {
+// ConfigDir is config/ of this checkout, wherever the test runs from.
+func ConfigDir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "config", "crd", "bases")
+	return filepath.Join(filepath.Dir(file), "..", "..", "config")
 }
+
+// CRDDir is config/crd/bases of this checkout.
+func CRDDir() string { return filepath.Join(ConfigDir(), "crd", "bases") }
 
 // Start starts a control plane with the CRDs installed.
 func Start() (*Env, error) {

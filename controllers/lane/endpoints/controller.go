@@ -17,26 +17,34 @@ limitations under the License.
 // Package endpoints keeps, per CatalogLane, a selector-less Service and EndpointSlices listing
 // the lane's Ready placements' node addresses and serving ports, so in-cluster clients call
 // http://<lane>.<namespace>.svc/v1/embeddings and reach only nodes that serve the lane.
+//
+// A node's address is the agent's word, so it is published only as AddressPolicy allows (a
+// second controller here says on each MacNode whether, and why not). A Service of the lane's
+// name that this controller did not create is never taken over: the lane's ServiceReady
+// condition says the name is taken, and the lane gets no endpoints, which would otherwise
+// attach to that Service.
 package endpoints
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
@@ -44,18 +52,34 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=cataloglanes/status,verbs=get;update;patch
 
 const (
 	// ServicePort is the lane Service's port; it forwards to each node's serving port.
 	ServicePort = 80
-	managedBy   = "synapse-controller.fleet.synapse.dev"
+	// ManagedBy marks the Services (label ServiceManagedByLabel) and EndpointSlices (label
+	// discoveryv1.LabelManagedBy) this controller creates; the manager caches only those.
+	ManagedBy = "synapse-controller.fleet.synapse.dev"
+	// ServiceManagedByLabel is the label that carries ManagedBy on a lane's Service.
+	ServiceManagedByLabel = "app.kubernetes.io/managed-by"
 )
 
-// Controller keeps lanes' Services and EndpointSlices.
-type Controller struct{ kube client.Client }
+// errNameTaken is a Service or EndpointSlice name of the lane held by an object this controller
+// did not create.
+var errNameTaken = errors.New("name taken")
 
-// NewController returns the endpoints controller.
-func NewController(kube client.Client) *Controller { return &Controller{kube: kube} }
+// Controller keeps lanes' Services and EndpointSlices.
+type Controller struct {
+	clk    clock.PassiveClock
+	kube   client.Client
+	policy AddressPolicy
+}
+
+// NewController returns the endpoints controller; policy says which node addresses may be
+// published.
+func NewController(clk clock.PassiveClock, kube client.Client, policy AddressPolicy) *Controller {
+	return &Controller{clk: clk, kube: kube, policy: policy}
+}
 
 // Name of the controller.
 func (c *Controller) Name() string { return "lane.endpoints" }
@@ -89,7 +113,7 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		Complete(c)
 }
 
-// Reconcile writes one lane's Service and EndpointSlices.
+// Reconcile writes one lane's Service and EndpointSlices, and its ServiceReady condition.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	lane := &v1.CatalogLane{}
 	if err := c.kube.Get(ctx, req.NamespacedName, lane); err != nil {
@@ -98,35 +122,111 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !lane.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
-	if err := c.service(ctx, lane); err != nil {
-		return reconcile.Result{}, err
+	err := c.service(ctx, lane)
+	if err == nil {
+		var byPort map[int32][]string
+		if byPort, err = c.readyEndpoints(ctx, lane); err != nil {
+			return reconcile.Result{}, err
+		}
+		err = c.slices(ctx, lane, byPort)
 	}
-	byPort, err := c.readyEndpoints(ctx, lane)
+	if errors.Is(err, errNameTaken) {
+		// Nothing of ours may carry the lane's Service name: the slices would feed that Service.
+		if err := c.slices(ctx, lane, nil); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{}, c.setServiceCondition(ctx, lane, err)
+	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, c.slices(ctx, lane, byPort)
+	return reconcile.Result{}, c.setServiceCondition(ctx, lane, nil)
 }
 
+// service creates or updates the lane's Service. A Service of that name this controller did
+// not create is errNameTaken: the manager's cache holds only this controller's Services, so a
+// foreign one shows as a Create that finds the name taken.
 func (c *Controller) service(ctx context.Context, lane *v1.CatalogLane) error {
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: lane.Name, Namespace: lane.Namespace}}
-	_, err := controllerutil.CreateOrPatch(ctx, c.kube, svc, func() error {
-		svc.Labels = map[string]string{v1.LabelLane: lane.Name}
-		// No selector: the endpoints are Macs, not Pods; this controller writes them.
-		svc.Spec.Selector = nil
-		svc.Spec.Ports = []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: ServicePort, TargetPort: intstr.FromString("http")}}
-		return controllerutil.SetControllerReference(lane, svc, c.kube.Scheme())
-	})
-	return err
+	key := client.ObjectKeyFromObject(lane)
+	svc := &corev1.Service{}
+	err := c.kube.Get(ctx, key, svc)
+	switch {
+	case apierrors.IsNotFound(err):
+		svc = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: lane.Name, Namespace: lane.Namespace}}
+		if err := c.desiredService(lane, svc); err != nil {
+			return err
+		}
+		err := c.kube.Create(ctx, svc)
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("Service %s: %w", key, errNameTaken)
+		}
+		return err
+	case err != nil:
+		return err
+	}
+	if svc.Labels[ServiceManagedByLabel] != ManagedBy || !ownedByLaneNamed(svc, lane.Name) {
+		return fmt.Errorf("Service %s: %w", key, errNameTaken)
+	}
+	stored := svc.DeepCopy()
+	if err := c.desiredService(lane, svc); err != nil {
+		return err
+	}
+	if equality.Semantic.DeepEqual(stored, svc) {
+		return nil
+	}
+	return c.kube.Patch(ctx, svc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
 }
 
-// readyEndpoints groups the IPv4 addresses of the nodes whose placement of lane is Ready by
+// ownedByLaneNamed reports whether o's controller is a CatalogLane of that name: this lane, or
+// an earlier lane of the same name whose Service the garbage collector has not removed yet.
+func ownedByLaneNamed(o metav1.Object, name string) bool {
+	ref := metav1.GetControllerOf(o)
+	return ref != nil && ref.Kind == "CatalogLane" && ref.Name == name && strings.HasPrefix(ref.APIVersion, v1.GroupVersion.Group+"/")
+}
+
+// desiredService sets what the lane's Service must hold; an earlier lane's controller
+// reference is replaced by this lane's.
+func (c *Controller) desiredService(lane *v1.CatalogLane, svc *corev1.Service) error {
+	if svc.Labels == nil {
+		svc.Labels = map[string]string{}
+	}
+	svc.Labels[v1.LabelLane] = lane.Name
+	svc.Labels[ServiceManagedByLabel] = ManagedBy
+	// No selector: the endpoints are Macs, not Pods; this controller writes them.
+	svc.Spec.Selector = nil
+	svc.Spec.Ports = []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: ServicePort, TargetPort: intstr.FromString("http")}}
+	if ref := metav1.GetControllerOf(svc); ref != nil && ref.UID != lane.UID {
+		svc.OwnerReferences = slices.DeleteFunc(svc.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == ref.UID })
+	}
+	return controllerutil.SetControllerReference(lane, svc, c.kube.Scheme())
+}
+
+// setServiceCondition records whether the lane's Service is the controller's.
+func (c *Controller) setServiceCondition(ctx context.Context, lane *v1.CatalogLane, taken error) error {
+	stored := lane.DeepCopy()
+	cond := metav1.Condition{Type: v1.LaneConditionServiceReady, Status: metav1.ConditionTrue, Reason: v1.LaneReasonServiceReady,
+		Message:            fmt.Sprintf("Service %s and its EndpointSlices are the controller's", lane.Name),
+		ObservedGeneration: lane.Generation, LastTransitionTime: metav1.NewTime(c.clk.Now())}
+	if taken != nil {
+		cond.Status, cond.Reason = metav1.ConditionFalse, v1.LaneReasonServiceNameTaken
+		cond.Message = fmt.Sprintf("%v: an object of the lane's name exists that this controller did not create; it is never taken over. "+
+			"Rename the lane or remove that object; meanwhile the lane has no Service endpoints", taken)
+	}
+	meta.SetStatusCondition(&lane.Status.Conditions, cond)
+	if equality.Semantic.DeepEqual(stored.Status, lane.Status) {
+		return nil
+	}
+	return c.kube.Status().Patch(ctx, lane, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
+}
+
+// readyEndpoints groups the allowed addresses of the nodes whose placement of lane is Ready by
 // their serving port (one EndpointSlice carries one set of ports).
 func (c *Controller) readyEndpoints(ctx context.Context, lane *v1.CatalogLane) (map[int32][]string, error) {
 	var ps v1.LanePlacementList
 	if err := c.kube.List(ctx, &ps, client.InNamespace(lane.Namespace), client.MatchingLabels{v1.LabelLane: lane.Name}); err != nil {
 		return nil, err
 	}
+	var cluster []ClusterRange
 	out := map[int32][]string{}
 	for _, p := range ps.Items {
 		if p.Status.Phase != v1.PhaseReady || !p.DeletionTimestamp.IsZero() {
@@ -142,18 +242,15 @@ func (c *Controller) readyEndpoints(ctx context.Context, lane *v1.CatalogLane) (
 		if node.Status.ServingPort == 0 {
 			continue
 		}
-		for _, a := range node.Status.Addresses {
-			ip, err := netip.ParseAddr(a.Address)
-			if err != nil || !ip.Is4() || a.Type != "InternalIP" {
-				continue
+		if cluster == nil {
+			var err error
+			if cluster, err = ClusterRanges(ctx, c.kube); err != nil {
+				return nil, err
 			}
-			if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() {
-				// An EndpointSlice may not hold these; no in-cluster client could reach them.
-				log.FromContext(ctx).Info("a Ready node's address cannot be an endpoint", "node", node.Name, "address", a.Address)
-				continue
-			}
-			out[node.Status.ServingPort] = append(out[node.Status.ServingPort], a.Address)
-			break
+		}
+		// A refused address leaves the node out; its MacNode's AddressAllowed condition says why.
+		if ip, err := c.policy.nodeAddress(node, cluster); err == nil {
+			out[node.Status.ServingPort] = append(out[node.Status.ServingPort], ip.String())
 		}
 	}
 	for port := range out {
@@ -166,7 +263,7 @@ func (c *Controller) readyEndpoints(ctx context.Context, lane *v1.CatalogLane) (
 func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort map[int32][]string) error {
 	var existing discoveryv1.EndpointSliceList
 	if err := c.kube.List(ctx, &existing, client.InNamespace(lane.Namespace),
-		client.MatchingLabels{discoveryv1.LabelServiceName: lane.Name, discoveryv1.LabelManagedBy: managedBy}); err != nil {
+		client.MatchingLabels{discoveryv1.LabelServiceName: lane.Name, discoveryv1.LabelManagedBy: ManagedBy}); err != nil {
 		return err
 	}
 	wanted := map[string]bool{}
@@ -175,7 +272,7 @@ func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort ma
 		wanted[name] = true
 		slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: lane.Namespace}}
 		_, err := controllerutil.CreateOrPatch(ctx, c.kube, slice, func() error {
-			slice.Labels = map[string]string{discoveryv1.LabelServiceName: lane.Name, discoveryv1.LabelManagedBy: managedBy, v1.LabelLane: lane.Name}
+			slice.Labels = map[string]string{discoveryv1.LabelServiceName: lane.Name, discoveryv1.LabelManagedBy: ManagedBy, v1.LabelLane: lane.Name}
 			slice.AddressType = discoveryv1.AddressTypeIPv4
 			slice.Ports = []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)}}
 			var eps []discoveryv1.Endpoint
@@ -185,6 +282,10 @@ func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort ma
 			slice.Endpoints = eps
 			return controllerutil.SetControllerReference(lane, slice, c.kube.Scheme())
 		})
+		if apierrors.IsAlreadyExists(err) {
+			// An EndpointSlice of that name that is not ours (the cache holds only ours).
+			return fmt.Errorf("EndpointSlice %s/%s: %w", lane.Namespace, name, errNameTaken)
+		}
 		if err != nil {
 			return err
 		}

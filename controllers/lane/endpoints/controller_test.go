@@ -23,6 +23,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -70,33 +71,95 @@ func endpointIPs(lane *v1.CatalogLane) map[int32][]string {
 	return out
 }
 
+func newLane() *v1.CatalogLane {
+	GinkgoHelper()
+	seq++
+	lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gte-%d", seq), Namespace: "default"},
+		Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
+			Rungs: []v1.Rung{128}, Replicas: 3, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+	Expect(kube.Create(ctx, lane)).To(Succeed())
+	return lane
+}
+
+func serviceCondition(lane *v1.CatalogLane) *metav1.Condition {
+	GinkgoHelper()
+	got := &v1.CatalogLane{}
+	Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), got)).To(Succeed())
+	return meta.FindStatusCondition(got.Status.Conditions, v1.LaneConditionServiceReady)
+}
+
 var _ = Describe("Endpoints", func() {
+	Context("when a Service of the lane's name exists that the controller did not create", func() {
+		It("should not take it over, give the lane no endpoints, say so, and take the name once it is free", func() {
+			seq++
+			name := fmt.Sprintf("clash-%d", seq)
+			foreign := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "theirs"}},
+				Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "theirs"}, Ports: []corev1.ServicePort{{Name: "web", Port: 8443}}}}
+			Expect(kube.Create(ctx, foreign)).To(Succeed())
+			lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+				Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
+					Rungs: []v1.Rung{128}, Replicas: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+			Expect(kube.Create(ctx, lane)).To(Succeed())
+			placement(lane, node("192.0.2.30", 8080), v1.PhaseReady)
+
+			_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			Expect(err).NotTo(HaveOccurred())
+			c := serviceCondition(lane)
+			Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			Expect(c.Reason).To(Equal(v1.LaneReasonServiceNameTaken))
+			Expect(c.Message).To(ContainSubstring("Service default/" + name))
+			svc := &corev1.Service{}
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(foreign), svc)).To(Succeed())
+			Expect(svc.Spec.Selector).To(Equal(foreign.Spec.Selector), "the foreign Service was changed")
+			Expect(svc.Spec.Ports[0].Port).To(BeEquivalentTo(8443))
+			Expect(metav1.GetControllerOf(svc)).To(BeNil())
+			Expect(endpointIPs(lane)).To(BeEmpty(), "endpoints were attached to a Service the controller does not own")
+
+			// A foreign Service that forges the controller's label is still not taken.
+			svc.Labels[endpoints.ServiceManagedByLabel] = endpoints.ManagedBy
+			Expect(kube.Update(ctx, svc)).To(Succeed())
+			_, err = newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(serviceCondition(lane).Reason).To(Equal(v1.LaneReasonServiceNameTaken))
+			Expect(endpointIPs(lane)).To(BeEmpty())
+
+			Expect(kube.Delete(ctx, svc)).To(Succeed())
+			_, err = newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(serviceCondition(lane).Status).To(Equal(metav1.ConditionTrue))
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(foreign), svc)).To(Succeed())
+			Expect(metav1.IsControlledBy(svc, lane)).To(BeTrue())
+			Expect(svc.Labels).To(HaveKeyWithValue(endpoints.ServiceManagedByLabel, endpoints.ManagedBy))
+			Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.30"}}))
+		})
+	})
+
 	It("should give a lane a selector-less Service whose endpoints follow its Ready placements", func() {
 		seq++
 		lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gte-%d", seq), Namespace: "default"},
 			Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
 				Rungs: []v1.Rung{128}, Replicas: 3, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
 		Expect(kube.Create(ctx, lane)).To(Succeed())
-		a, b, c := node("10.0.0.1", 8080), node("10.0.0.2", 8080), node("10.0.0.3", 9090)
+		a, b, c := node("192.0.2.1", 8080), node("192.0.2.2", 8080), node("192.0.2.3", 9090)
 		pa := placement(lane, a, v1.PhaseReady)
 		placement(lane, b, v1.PhaseCompiling)
 		placement(lane, c, v1.PhaseReady)
 
-		ctl := endpoints.NewController(kube)
+		ctl := newController()
 		_, err := ctl.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
 		Expect(err).NotTo(HaveOccurred())
 		svc := &corev1.Service{}
 		Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), svc)).To(Succeed())
 		Expect(svc.Spec.Selector).To(BeEmpty())
 		Expect(svc.Spec.Ports[0].Port).To(BeEquivalentTo(endpoints.ServicePort))
-		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"10.0.0.1"}, 9090: {"10.0.0.3"}}))
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.1"}, 9090: {"192.0.2.3"}}))
 
 		// A placement that stops being Ready leaves the endpoints.
 		pa.Status.Phase = v1.PhaseFailed
 		Expect(kube.Status().Update(ctx, pa)).To(Succeed())
 		_, err = ctl.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
 		Expect(err).NotTo(HaveOccurred())
-		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{9090: {"10.0.0.3"}}))
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{9090: {"192.0.2.3"}}))
 	})
 
 	It("should leave out addresses an EndpointSlice cannot hold, and still list the others", func() {
@@ -107,10 +170,10 @@ var _ = Describe("Endpoints", func() {
 		Expect(kube.Create(ctx, lane)).To(Succeed())
 		placement(lane, node("127.0.0.1", 8080), v1.PhaseReady)
 		placement(lane, node("169.254.1.1", 8080), v1.PhaseReady)
-		placement(lane, node("10.0.0.9", 8080), v1.PhaseReady)
+		placement(lane, node("192.0.2.9", 8080), v1.PhaseReady)
 
-		_, err := endpoints.NewController(kube).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
 		Expect(err).NotTo(HaveOccurred())
-		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"10.0.0.9"}}))
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.9"}}))
 	})
 })

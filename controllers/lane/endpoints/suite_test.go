@@ -18,17 +18,28 @@ package endpoints_test
 
 import (
 	"context"
+	"net/netip"
 	"testing"
+	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
 
 var (
 	ctx  = context.Background()
 	kube client.Client
-	_    = testenv.Suite(func(e *testenv.Env) { kube = e.Client })
+	clk  = clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
+	// policy allows the documentation ranges the tests' Macs use; envtest's service range is
+	// 10.0.0.0/24.
+	policy = endpoints.AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("10.0.0.0/8")},
+		Denied: []netip.Prefix{netip.MustParsePrefix("192.0.2.240/28")}}
+	_ = testenv.Suite(func(e *testenv.Env) { kube = e.Client })
 )
+
+func newController() *endpoints.Controller { return endpoints.NewController(clk, kube, policy) }
 
 func TestEndpoints(t *testing.T) { testenv.RunSpecs(t, "Lane endpoints") }

@@ -26,6 +26,12 @@ limitations under the License.
 // keep a dead node alive or kill a live one, a restarted controller gives every node a full
 // grace period, and after the controller could not reach the API server it judges no
 // heartbeat for one grace period, so the agents can renew before anything is evicted.
+//
+// Evictions have a brake, as the kubelet's node lifecycle controller's zone states do: they are
+// rate limited, and when most of the fleet is unreachable at once, which is a partition between
+// the Macs and the API server rather than Macs dying, none happens until the fleet is
+// reachable again (eviction.go). What no agent will ever retire is released: the placements
+// of a deleted MacNode, and placements being deleted on a node that is Unknown.
 package lifecycle
 
 import (
@@ -40,10 +46,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -54,7 +60,7 @@ import (
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements,verbs=get;list;watch;update;patch;delete
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch,namespace=synapse-node-lease
 
 const (
 	// LeaseNamespace holds the agents' heartbeat Leases, one named after each MacNode.
@@ -63,6 +69,15 @@ const (
 	DefaultGracePeriod = 40 * time.Second
 	// DefaultEvictionTimeout is how long a node may stay Unknown before its placements go.
 	DefaultEvictionTimeout = 5 * time.Minute
+	// DefaultEvictionRate is how many lost nodes a second may have their placements forced away
+	// (the kubelet's node lifecycle controller defaults to the same 0.1: one every 10 s).
+	DefaultEvictionRate = 0.1
+	// DefaultUnhealthyThreshold is the share of unreachable nodes from which evictions stop
+	// (the kubelet's node lifecycle controller's --unhealthy-zone-threshold is the same 0.55).
+	DefaultUnhealthyThreshold = 0.55
+	// minUnreachableForBrake: fewer unreachable nodes than this are Macs dying, whatever the
+	// share (in a fleet of two, one lost Mac is half of it).
+	minUnreachableForBrake = 3
 )
 
 // Controller is the node lifecycle controller.
@@ -71,12 +86,17 @@ type Controller struct {
 	kube            client.Client
 	recorder        events.EventRecorder
 	grace, eviction time.Duration
+	rate            float64
+	threshold       float64
+	limiter         flowcontrol.PassiveRateLimiter
 
 	mu sync.Mutex
 	// beats is, per node, the renewal last seen and when this controller first saw it.
 	beats map[string]heartbeat
 	// apiFailed is when a call to the API server last failed.
 	apiFailed time.Time
+	// held is whether evictions were held when last judged.
+	held bool
 }
 
 // heartbeat is one renewal as this controller saw it.
@@ -85,10 +105,12 @@ type heartbeat struct {
 	seen    time.Time
 }
 
-// NewController returns the controller with the default grace period and eviction timeout.
+// NewController returns the controller with the default grace period, eviction timeout,
+// eviction rate and unhealthy threshold.
 func NewController(clk clock.PassiveClock, kube client.Client, recorder events.EventRecorder) *Controller {
-	return &Controller{clk: clk, kube: kube, recorder: recorder, grace: DefaultGracePeriod, eviction: DefaultEvictionTimeout,
-		beats: map[string]heartbeat{}}
+	c := &Controller{clk: clk, kube: kube, recorder: recorder, grace: DefaultGracePeriod, eviction: DefaultEvictionTimeout,
+		threshold: DefaultUnhealthyThreshold, beats: map[string]heartbeat{}}
+	return c.WithEvictionRate(DefaultEvictionRate)
 }
 
 // WithTimeouts sets the grace period and the eviction timeout; a zero keeps the default.
@@ -102,10 +124,29 @@ func (c *Controller) WithTimeouts(grace, eviction time.Duration) *Controller {
 	return c
 }
 
+// WithEvictionRate sets how many lost nodes a second may be evicted (a burst of one); zero
+// keeps the default.
+func (c *Controller) WithEvictionRate(perSecond float64) *Controller {
+	if perSecond > 0 {
+		c.rate = perSecond
+		c.limiter = flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(float32(perSecond), 1, c.clk)
+	}
+	return c
+}
+
+// WithUnhealthyThreshold sets the share of unreachable nodes (0 to 1) from which evictions
+// stop; zero keeps the default.
+func (c *Controller) WithUnhealthyThreshold(share float64) *Controller {
+	if share > 0 {
+		c.threshold = share
+	}
+	return c
+}
+
 // Name of the controller.
 func (c *Controller) Name() string { return "macnode.lifecycle" }
 
-// Register watches MacNodes and their Leases.
+// Register watches MacNodes, their Leases, and placements (whose node may be gone).
 func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(c.Name()).
@@ -115,6 +156,13 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 				return nil
 			}
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetName()}}}
+		})).
+		// A placement's node may have been deleted while this controller was away.
+		Watches(&v1.LanePlacement{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if node := o.GetLabels()[v1.LabelNode]; node != "" {
+				return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: node}}}
+			}
+			return nil
 		})).
 		Complete(c)
 }
@@ -135,18 +183,19 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 			c.mu.Lock()
 			delete(c.beats, req.Name)
 			c.mu.Unlock()
+			return reconcile.Result{}, c.releaseAll(ctx, req.Name)
 		}
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		return reconcile.Result{}, err
 	}
 	now := c.clk.Now()
-	renewed, renewal, err := c.lastRenewal(ctx, node, now)
+	renewed, renewal, err := c.lastRenewal(ctx, node.Name, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	expiresAt := renewed.Add(c.grace)
 	if now.Before(expiresAt) {
 		metrics.NodeReady.WithLabelValues(node.Name).Set(1)
-		return reconcile.Result{RequeueAfter: expiresAt.Sub(now)}, nil
+		return reconcile.Result{RequeueAfter: expiresAt.Sub(now)}, c.lift(ctx, node, "the node's Lease is renewed again")
 	}
 	c.mu.Lock()
 	judgeAt := c.apiFailed.Add(c.grace)
@@ -170,27 +219,42 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		}
 		c.recorder.Eventf(node, nil, "Warning", v1.NodeReasonLeaseExpired, "Heartbeat", "the agent's Lease expired; the node is Unknown")
 	}
+	// Placements already being deleted here will not be retired by an agent that is gone;
+	// releasing them re-places nothing, so neither the timeout nor the brake applies.
+	if err := c.releaseDeleted(ctx, node.Name); err != nil {
+		return reconcile.Result{}, err
+	}
 
 	evictAt := renewed.Add(c.grace + c.eviction)
 	if now.Before(evictAt) {
 		return reconcile.Result{RequeueAfter: evictAt.Sub(now)}, nil
 	}
-	return reconcile.Result{}, c.evict(ctx, node)
+	return c.evictWithBrake(ctx, node, now)
 }
 
 // lastRenewal is when this controller first saw the node's current renewal: the Lease's renew
 // time as the agent wrote it, or, with no Lease yet, the node's existence. A renewal seen for
 // the first time (a new node, a renewed Lease, a restarted controller) counts from now. It
 // returns the renewal as written, for the status message.
-func (c *Controller) lastRenewal(ctx context.Context, node *v1.MacNode, now time.Time) (time.Time, string, error) {
+func (c *Controller) lastRenewal(ctx context.Context, name string, now time.Time) (time.Time, string, error) {
 	lease := &coordinationv1.Lease{}
-	var renewal string
-	err := c.kube.Get(ctx, client.ObjectKey{Namespace: LeaseNamespace, Name: node.Name}, lease)
+	err := c.kube.Get(ctx, client.ObjectKey{Namespace: LeaseNamespace, Name: name}, lease)
 	switch {
 	case apierrors.IsNotFound(err):
-		renewal = "none yet"
+		lease = nil
 	case err != nil:
 		return time.Time{}, "", err
+	}
+	return c.sawRenewal(name, lease, now)
+}
+
+// sawRenewal records the lease's renewal of node name as seen now if it is new, and returns
+// when it was first seen and how it reads.
+func (c *Controller) sawRenewal(name string, lease *coordinationv1.Lease, now time.Time) (time.Time, string, error) {
+	var renewal string
+	switch {
+	case lease == nil:
+		renewal = "none yet"
 	case lease.Spec.RenewTime != nil:
 		renewal = "renewed at " + lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
 	default:
@@ -198,36 +262,10 @@ func (c *Controller) lastRenewal(ctx context.Context, node *v1.MacNode, now time
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b, ok := c.beats[node.Name]
+	b, ok := c.beats[name]
 	if !ok || b.renewal != renewal {
 		b = heartbeat{renewal: renewal, seen: now}
-		c.beats[node.Name] = b
+		c.beats[name] = b
 	}
 	return b.seen, renewal, nil
-}
-
-// evict forces the dead node's placements away: the agent that would remove their retirement
-// finalizers is gone, so the finalizer goes with the placement.
-func (c *Controller) evict(ctx context.Context, node *v1.MacNode) error {
-	var placements v1.LanePlacementList
-	if err := c.kube.List(ctx, &placements, client.MatchingLabels{v1.LabelNode: node.Name}); err != nil {
-		return err
-	}
-	for i := range placements.Items {
-		p := &placements.Items[i]
-		if controllerutil.RemoveFinalizer(p, v1.FinalizerRetirement) {
-			if err := c.kube.Update(ctx, p); client.IgnoreNotFound(err) != nil {
-				return err
-			}
-		}
-		if p.DeletionTimestamp.IsZero() {
-			if err := c.kube.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
-				return err
-			}
-		}
-		metrics.PlacementDecisions.WithLabelValues("node_lost").Inc()
-		c.recorder.Eventf(p, node, "Warning", "NodeLost", "Evict",
-			"node %s has been Unknown for %s; placement forced away to be re-placed", node.Name, c.eviction)
-	}
-	return nil
 }

@@ -19,6 +19,7 @@ package lifecycle_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -131,10 +132,14 @@ var _ = Describe("Node lifecycle", func() {
 		It("should force its placements away and say so", func() {
 			n := heartbeatingNode()
 			p := placementOn(n)
+			alive := []*v1.MacNode{heartbeatingNode(), heartbeatingNode()} // the rest of the fleet heartbeats
 			clk.Step(41 * time.Second)
 			reconcileNode(n)
 			Expect(kube.Get(ctx, client.ObjectKeyFromObject(p), &v1.LanePlacement{})).To(Succeed(), "placements stay until the eviction timeout")
 			clk.Step(5 * time.Minute)
+			for _, a := range alive {
+				renew(a)
+			}
 			reconcileNode(n)
 			err := kube.Get(ctx, client.ObjectKeyFromObject(p), &v1.LanePlacement{})
 			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the lost node's placement is still there: %v", err)
@@ -241,4 +246,17 @@ func (f flakyStatus) Patch(ctx context.Context, obj client.Object, patch client.
 		return apierrors.NewServiceUnavailable("the API server is away")
 	}
 	return f.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+}
+
+func requestFor(n *v1.MacNode) reconcile.Request {
+	return reconcile.Request{NamespacedName: client.ObjectKeyFromObject(n)}
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }

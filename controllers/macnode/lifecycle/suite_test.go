@@ -23,11 +23,13 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
 	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
@@ -52,4 +54,18 @@ var _ = BeforeEach(func() {
 	clk = clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
 	recorder = events.NewFakeRecorder(100)
 	controller = lifecycle.NewController(clk, kube, recorder)
+})
+
+// Every spec starts from an empty fleet: the brake counts every MacNode there is.
+var _ = AfterEach(func() {
+	var ps v1.LanePlacementList
+	Expect(kube.List(ctx, &ps)).To(Succeed())
+	for i := range ps.Items {
+		p := &ps.Items[i]
+		p.Finalizers = nil
+		Expect(client.IgnoreNotFound(kube.Update(ctx, p))).To(Succeed())
+		Expect(client.IgnoreNotFound(kube.Delete(ctx, p))).To(Succeed())
+	}
+	Expect(kube.DeleteAllOf(ctx, &v1.MacNode{})).To(Succeed())
+	Expect(kube.DeleteAllOf(ctx, &coordinationv1.Lease{}, client.InNamespace(lifecycle.LeaseNamespace))).To(Succeed())
 })

@@ -102,7 +102,7 @@ func Start(cfg Config, spec Spec) (*Mac, error) {
 		NodeName: spec.Name, Labels: spec.Labels,
 		Platform: v1.Platform{Chip: "Apple M4 (hollow)", MacOSBuild: spec.MacOSBuild, HardwareModel: "hollow"},
 		Worker:   v1.NodeWorker{SigningIdentifier: SigningID, BinaryDigest: cfg.BinaryDigest, ProtocolVersion: 3, Backend: v1.BackendSim},
-		Budget:   spec.Budget, Address: "127.0.0.1", Listen: "127.0.0.1:0",
+		Budget:   spec.Budget, Address: "127.0.0.1", Listen: []string{"127.0.0.1:0"},
 		Host: &Spawner{Machine: m.Machine, SigningID: SigningID, BinaryDigest: string(cfg.BinaryDigest), Clock: clock.RealClock{},
 			Faults: spec.Faults, CallTimeout: 30 * time.Second, AdmitTimeout: 30 * time.Minute},
 		LockPath:     filepath.Join(state, "ane.lock"),

@@ -1,0 +1,215 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
+)
+
+// fleetHealth is how many nodes are unreachable, of how many, when evictions are judged.
+type fleetHealth struct {
+	unreachable, total int
+}
+
+// partitioned reports whether the share of unreachable nodes calls for the brake: at least
+// minUnreachableForBrake of them and at least the threshold's share, or every node (as the
+// kubelet's node lifecycle controller stops evicting in a zone whose nodes are all NotReady:
+// the control plane, not the nodes, is the likelier fault).
+func (c *Controller) partitioned(h fleetHealth) bool {
+	if h.unreachable == 0 {
+		return false
+	}
+	if h.unreachable == h.total {
+		return true
+	}
+	return h.unreachable >= minUnreachableForBrake && float64(h.unreachable) >= c.threshold*float64(h.total)
+}
+
+// health counts the nodes whose Lease this controller has not seen renewed within the grace
+// period, by the same clock and rule as each node's own judgement.
+func (c *Controller) health(ctx context.Context, now time.Time) (fleetHealth, error) {
+	var nodes v1.MacNodeList
+	if err := c.kube.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return fleetHealth{}, err
+	}
+	var leases coordinationv1.LeaseList
+	if err := c.kube.List(ctx, &leases, client.InNamespace(LeaseNamespace), client.UnsafeDisableDeepCopy); err != nil {
+		return fleetHealth{}, err
+	}
+	byName := make(map[string]*coordinationv1.Lease, len(leases.Items))
+	for i := range leases.Items {
+		byName[leases.Items[i].Name] = &leases.Items[i]
+	}
+	h := fleetHealth{total: len(nodes.Items)}
+	for _, n := range nodes.Items {
+		seen, _, _ := c.sawRenewal(n.Name, byName[n.Name], now)
+		if !now.Before(seen.Add(c.grace)) {
+			h.unreachable++
+		}
+	}
+	return h, nil
+}
+
+// evictWithBrake forces a lost node's placements away, unless most of the fleet is unreachable
+// (then the node's EvictionHeld condition and an event say so, and it is judged again after a
+// grace period) or the eviction rate is spent (then it waits its turn).
+func (c *Controller) evictWithBrake(ctx context.Context, node *v1.MacNode, now time.Time) (reconcile.Result, error) {
+	h, err := c.health(ctx, now)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	metrics.UnreachableNodes.Set(float64(h.unreachable))
+	held := c.partitioned(h)
+	c.mu.Lock()
+	was := c.held
+	c.held = held
+	c.mu.Unlock()
+	if held {
+		metrics.EvictionsHeld.Set(1)
+		if err := c.hold(ctx, node, h, now, !was); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{RequeueAfter: c.grace}, nil
+	}
+	metrics.EvictionsHeld.Set(0)
+	if !c.limiter.TryAccept() {
+		return reconcile.Result{RequeueAfter: time.Duration(float64(time.Second) / c.rate)}, nil
+	}
+	if err := c.lift(ctx, node, fmt.Sprintf("%d of %d nodes are unreachable; evictions resume", h.unreachable, h.total)); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, c.evict(ctx, node)
+}
+
+// hold sets the node's EvictionHeld condition; the first hold of a partition is an event too.
+func (c *Controller) hold(ctx context.Context, node *v1.MacNode, h fleetHealth, now time.Time, first bool) error {
+	msg := fmt.Sprintf("%d of %d MacNodes (%.0f%%) are unreachable at once, which looks like a partition between the Macs and the API server "+
+		"rather than Macs dying: evictions are held until the fleet is reachable again", h.unreachable, h.total, 100*float64(h.unreachable)/float64(h.total))
+	stored := node.DeepCopy()
+	meta.SetStatusCondition(&node.Status.Conditions, metav1.Condition{Type: v1.NodeConditionEvictionHeld, Status: metav1.ConditionTrue,
+		Reason: v1.NodeReasonFleetPartitioned, Message: msg, ObservedGeneration: node.Generation, LastTransitionTime: metav1.NewTime(now)})
+	if equality.Semantic.DeepEqual(stored.Status, node.Status) {
+		return nil
+	}
+	if err := c.kube.Status().Patch(ctx, node, client.MergeFrom(stored)); err != nil {
+		return err
+	}
+	if first {
+		c.recorder.Eventf(node, nil, "Warning", v1.NodeReasonFleetPartitioned, "Evict", msg)
+	}
+	return nil
+}
+
+// lift turns a held node's EvictionHeld condition False, saying why.
+func (c *Controller) lift(ctx context.Context, node *v1.MacNode, why string) error {
+	if !meta.IsStatusConditionTrue(node.Status.Conditions, v1.NodeConditionEvictionHeld) {
+		return nil
+	}
+	stored := node.DeepCopy()
+	meta.SetStatusCondition(&node.Status.Conditions, metav1.Condition{Type: v1.NodeConditionEvictionHeld, Status: metav1.ConditionFalse,
+		Reason: v1.NodeReasonEvictionResumed, Message: why, ObservedGeneration: node.Generation, LastTransitionTime: metav1.NewTime(c.clk.Now())})
+	if err := c.kube.Status().Patch(ctx, node, client.MergeFrom(stored)); err != nil {
+		return err
+	}
+	c.recorder.Eventf(node, nil, "Normal", v1.NodeReasonEvictionResumed, "Evict", why)
+	return nil
+}
+
+// evict forces the dead node's placements away: the agent that would remove their retirement
+// finalizers is gone, so the finalizer goes with the placement.
+func (c *Controller) evict(ctx context.Context, node *v1.MacNode) error {
+	var placements v1.LanePlacementList
+	if err := c.kube.List(ctx, &placements, client.MatchingLabels{v1.LabelNode: node.Name}); err != nil {
+		return err
+	}
+	for i := range placements.Items {
+		p := &placements.Items[i]
+		if err := c.release(ctx, p); err != nil {
+			return err
+		}
+		metrics.PlacementDecisions.WithLabelValues("node_lost").Inc()
+		c.recorder.Eventf(p, node, "Warning", "NodeLost", "Evict",
+			"node %s has been Unknown for %s; placement forced away to be re-placed", node.Name, c.eviction)
+	}
+	return nil
+}
+
+// releaseAll releases every placement of a node whose MacNode is gone: no agent of that name
+// will retire them (a Mac joined again under the name starts from its new placements).
+func (c *Controller) releaseAll(ctx context.Context, node string) error {
+	var placements v1.LanePlacementList
+	if err := c.kube.List(ctx, &placements, client.MatchingLabels{v1.LabelNode: node}); err != nil {
+		return err
+	}
+	for i := range placements.Items {
+		p := &placements.Items[i]
+		if err := c.release(ctx, p); err != nil {
+			return err
+		}
+		metrics.PlacementDecisions.WithLabelValues("node_deleted").Inc()
+		c.recorder.Eventf(p, nil, "Warning", "NodeDeleted", "Release", "MacNode %s was deleted; placement released", node)
+	}
+	return nil
+}
+
+// releaseDeleted releases the node's placements that are already being deleted (their lane
+// or namespace was deleted, or they were scaled down) while the node is Unknown.
+func (c *Controller) releaseDeleted(ctx context.Context, node string) error {
+	var placements v1.LanePlacementList
+	if err := c.kube.List(ctx, &placements, client.MatchingLabels{v1.LabelNode: node}); err != nil {
+		return err
+	}
+	for i := range placements.Items {
+		p := &placements.Items[i]
+		if p.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(p, v1.FinalizerRetirement) {
+			continue
+		}
+		if err := c.release(ctx, p); err != nil {
+			return err
+		}
+		c.recorder.Eventf(p, nil, "Warning", "NodeLost", "Release", "node %s is Unknown; the deleted placement is released without its retirement", node)
+	}
+	return nil
+}
+
+// release removes the placement's retirement finalizer and deletes it.
+func (c *Controller) release(ctx context.Context, p *v1.LanePlacement) error {
+	if controllerutil.RemoveFinalizer(p, v1.FinalizerRetirement) {
+		if err := c.kube.Update(ctx, p); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	if p.DeletionTimestamp.IsZero() {
+		if err := c.kube.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
+}

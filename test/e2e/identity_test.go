@@ -1,0 +1,127 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/internal/localfleet"
+)
+
+// whoami asks the API server who a kubeconfig authenticates as.
+func whoami(kubeconfig string) string {
+	GinkgoHelper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	Expect(err).NotTo(HaveOccurred())
+	cs, err := kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	return review.Status.UserInfo.Username
+}
+
+// argAfter is the argument after flag on a process's command line.
+func argAfter(pid int, flag string) string {
+	GinkgoHelper()
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	Expect(err).NotTo(HaveOccurred())
+	args := strings.Split(string(data), "\x00")
+	i := slices.Index(args, flag)
+	Expect(i).To(BeNumerically(">=", 0), "no %s on the command line %v", flag, args)
+	return args[i+1]
+}
+
+var _ = Describe("Identities", func() {
+	It("should run each Mac under its own joined identity, which may not write another Mac's objects", func() {
+		for _, mac := range append(slices.Clone(matching), other) {
+			Expect(argAfter(fleet.PID(mac), "--kubeconfig")).To(Equal(fleet.MacKubeconfig(mac)))
+			Expect(whoami(fleet.MacKubeconfig(mac))).To(Equal("system:serviceaccount:synapse-nodes:synapse-node-" + mac))
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags("", fleet.MacKubeconfig("mac-a"))
+		Expect(err).NotTo(HaveOccurred())
+		asMacA, err := client.New(cfg, client.Options{Scheme: kube.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
+		n := &v1.MacNode{}
+		Expect(asMacA.Get(ctx, client.ObjectKey{Name: "mac-b"}, n)).To(Succeed())
+		n.Status.ServingPort = 1
+		err = asMacA.Status().Update(ctx, n)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "mac-a wrote mac-b's status: %v", err)
+		Expect(err.Error()).To(ContainSubstring("rule macnode-own"))
+		err = asMacA.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "mac-b", Namespace: "kube-system"}})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "mac-a created a kube-system Lease: %v", err)
+	})
+
+	It("should run the controller under its ServiceAccount, electing its leader in its own namespace", func() {
+		Expect(whoami(fleet.ControllerKubeconfig())).To(Equal("system:serviceaccount:synapse-system:synapse-controller"))
+		Eventually(func(g Gomega) {
+			lease := &coordinationv1.Lease{}
+			g.Expect(kube.Get(ctx, client.ObjectKey{Namespace: localfleet.ControllerNamespace, Name: "synapse-controller.fleet.synapse.dev"}, lease)).To(Succeed())
+			g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+	})
+
+	It("should publish the Macs' advertised address in the lane's EndpointSlices, inside the allowed CIDR", func() {
+		l := newLane(v1.TaskEmbed, 3)
+		readyOn(l)
+		ip := fleet.AdvertisedIP()
+		Eventually(func(g Gomega) {
+			for _, mac := range matching {
+				n := &v1.MacNode{}
+				g.Expect(kube.Get(ctx, client.ObjectKey{Name: mac}, n)).To(Succeed())
+				c := meta.FindStatusCondition(n.Status.Conditions, v1.NodeConditionAddressAllowed)
+				g.Expect(c).NotTo(BeNil())
+				if ip == "127.0.0.1" {
+					// A machine with no other address: nothing an EndpointSlice may hold.
+					g.Expect(c.Reason).To(Equal(v1.NodeReasonAddressUnusable))
+					continue
+				}
+				g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+			}
+			var list discoveryv1.EndpointSliceList
+			g.Expect(kube.List(ctx, &list, client.InNamespace(l.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: l.Name})).To(Succeed())
+			var addrs []string
+			for _, s := range list.Items {
+				for _, e := range s.Endpoints {
+					addrs = append(addrs, e.Addresses...)
+				}
+			}
+			if ip == "127.0.0.1" {
+				g.Expect(addrs).To(BeEmpty())
+			} else {
+				g.Expect(addrs).To(Equal([]string{ip, ip, ip}), "one endpoint per Mac, each on its own port")
+			}
+		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	})
+})

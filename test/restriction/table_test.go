@@ -1,0 +1,348 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package restriction
+
+import (
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/nodeidentity"
+)
+
+// row is one write an agent makes. rule is the policy rule that refuses it ("" when it is
+// allowed); rbac says the shipped RBAC already refuses it, before admission.
+type row struct {
+	name string
+	act  func(w *world) error
+	rule string
+	rbac bool
+}
+
+// A placement's or MacNode's change, made by the acting identity on a fresh copy.
+func updatePlacement(w *world, p *v1.LanePlacement, change func(*v1.LanePlacement)) error {
+	got := get(p.DeepCopy())
+	change(got)
+	return w.as.Update(ctx, got)
+}
+
+func updatePlacementStatus(w *world, p *v1.LanePlacement) error {
+	got := get(p.DeepCopy())
+	got.Status.Phase = v1.PhaseReady
+	return w.as.Status().Update(ctx, got)
+}
+
+func updateNodeStatus(w *world, name string) error {
+	n := node(name)
+	n.Status.ServingPort = 8080
+	return w.as.Status().Update(ctx, n)
+}
+
+func lease(name, namespace, holder string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), RenewTime: ptr.To(metav1.NowMicro())}}
+}
+
+func requestToken(w *world, node string, lifetime time.Duration) error {
+	_, err := w.cs.CoreV1().ServiceAccounts(nodeidentity.Namespace).CreateToken(ctx, nodeidentity.ServiceAccountName(node),
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(lifetime / time.Second))}},
+		metav1.CreateOptions{})
+	return err
+}
+
+// recreateOwnNode deletes self's MacNode (as an administrator) and has self create it as
+// given, as an agent registers on a fresh cluster.
+func recreateOwnNode(w *world, n *v1.MacNode) error {
+	Expect(admin.Delete(ctx, node(w.self))).To(Succeed())
+	n.Name = w.self
+	return w.as.Create(ctx, n)
+}
+
+var rows = []row{
+	// What an agent must be able to do.
+	{name: "registers its own MacNode", act: func(w *world) error { return recreateOwnNode(w, &v1.MacNode{}) }},
+	{name: "updates its own MacNode's status", act: func(w *world) error { return updateNodeStatus(w, w.self) }},
+	{name: "patches its own MacNode's status", act: func(w *world) error {
+		n := node(w.self)
+		stored := n.DeepCopy()
+		n.Status.Lanes = 2
+		return w.as.Status().Patch(ctx, n, client.MergeFrom(stored))
+	}},
+	{name: "creates and renews its own Lease", act: func(w *world) error {
+		l := lease(w.self, "synapse-node-lease", w.self)
+		if err := w.as.Create(ctx, l); err != nil {
+			return err
+		}
+		l.Spec.RenewTime = ptr.To(metav1.NowMicro())
+		return w.as.Update(ctx, l)
+	}},
+	{name: "updates the status of a placement bound to it", act: func(w *world) error { return updatePlacementStatus(w, w.own) }},
+	{name: "removes its retirement finalizer from a placement bound to it", act: func(w *world) error {
+		got := get(w.own.DeepCopy())
+		stored := got.DeepCopy()
+		got.Finalizers = nil
+		return w.as.Patch(ctx, got, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
+	}},
+	{name: "requests a token for itself", act: func(w *world) error { return requestToken(w, w.self, time.Hour) }},
+	{name: "asks the API server who it is", act: func(w *world) error {
+		review, err := w.cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err == nil && review.Status.UserInfo.Username != "system:serviceaccount:synapse-nodes:synapse-node-"+w.self {
+			return fmt.Errorf("the API server says it is %q", review.Status.UserInfo.Username)
+		}
+		return err
+	}},
+	{name: "reads its placements, its MacNode and the identities", act: func(w *world) error {
+		var ps v1.LanePlacementList
+		if err := w.as.List(ctx, &ps, client.MatchingLabels{v1.LabelNode: w.self}); err != nil {
+			return err
+		}
+		if err := w.as.Get(ctx, client.ObjectKey{Name: w.self}, &v1.MacNode{}); err != nil {
+			return err
+		}
+		return w.as.List(ctx, &v1.CertifiedIdentityList{})
+	}},
+
+	// Other nodes' objects.
+	{name: "registers a MacNode of another name (a fake Mac)", rule: "macnode-own", act: func(w *world) error {
+		return w.as.Create(ctx, &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: w.self + "-fake"}})
+	}},
+	{name: "updates another node's MacNode status", rule: "macnode-own", act: func(w *world) error { return updateNodeStatus(w, w.other) }},
+	{name: "updates the status of another node's placement", rule: "placement-own", act: func(w *world) error { return updatePlacementStatus(w, w.others) }},
+	{name: "strips the finalizer of another node's placement", rule: "placement-own", act: func(w *world) error {
+		return updatePlacement(w, w.others, func(p *v1.LanePlacement) { p.Finalizers = nil })
+	}},
+	{name: "changes another node's placement spec", rule: "placement-own", act: func(w *world) error {
+		return updatePlacement(w, w.others, func(p *v1.LanePlacement) { p.Spec.PrewarmRungs = []v1.Rung{128} })
+	}},
+	{name: "creates another node's Lease", rule: "lease-own", act: func(w *world) error {
+		Expect(admin.Delete(ctx, lease(w.other, "synapse-node-lease", w.other))).To(Succeed())
+		return w.as.Create(ctx, lease(w.other, "synapse-node-lease", w.self))
+	}},
+	{name: "renews another node's Lease", rule: "lease-own", act: func(w *world) error {
+		l := get(lease(w.other, "synapse-node-lease", ""))
+		l.Spec.RenewTime = ptr.To(metav1.NowMicro())
+		return w.as.Update(ctx, l)
+	}},
+	{name: "requests another node's token", rule: "token-own", rbac: true, act: func(w *world) error { return requestToken(w, w.other, time.Hour) }},
+
+	// Its own objects, beyond its share.
+	{name: "pauses its own MacNode (spec)", rule: "macnode-status-only", rbac: true, act: func(w *world) error {
+		n := node(w.self)
+		n.Spec.Paused = true
+		return w.as.Update(ctx, n)
+	}},
+	{name: "labels its own MacNode fleet.synapse.dev/*", rule: "macnode-status-only", rbac: true, act: func(w *world) error {
+		n := node(w.self)
+		n.Labels = map[string]string{"fleet.synapse.dev/trusted": "true"}
+		return w.as.Update(ctx, n)
+	}},
+	{name: "registers its own MacNode with a fleet.synapse.dev/* label", rule: "fleet-labels", act: func(w *world) error {
+		return recreateOwnNode(w, &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"fleet.synapse.dev/trusted": "true"}}})
+	}},
+	{name: "registers its own MacNode with a finalizer", rule: "macnode-no-finalizers", act: func(w *world) error {
+		return recreateOwnNode(w, &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Finalizers: []string{"example.com/forever"}}})
+	}},
+	{name: "deletes its own MacNode", rule: "macnode-no-delete", rbac: true, act: func(w *world) error { return w.as.Delete(ctx, node(w.self)) }},
+	{name: "changes its own placement's spec", rule: "placement-spec", act: func(w *world) error {
+		return updatePlacement(w, w.own, func(p *v1.LanePlacement) { p.Spec.PrewarmRungs = []v1.Rung{128} })
+	}},
+	{name: "relabels its own placement (fleet.synapse.dev/node)", rule: "fleet-labels", act: func(w *world) error {
+		return updatePlacement(w, w.own, func(p *v1.LanePlacement) { p.Labels[v1.LabelNode] = w.other })
+	}},
+	{name: "adds a finalizer to its own placement", rule: "placement-finalizers", act: func(w *world) error {
+		return updatePlacement(w, w.own, func(p *v1.LanePlacement) { p.Finalizers = append(p.Finalizers, "example.com/forever") })
+	}},
+	{name: "removes another controller's finalizer from its own placement", rule: "placement-finalizers", act: func(w *world) error {
+		Expect(updatePlacementAsAdmin(w.own, func(p *v1.LanePlacement) { p.Finalizers = append(p.Finalizers, "example.com/keep") })).To(Succeed())
+		return updatePlacement(w, w.own, func(p *v1.LanePlacement) { p.Finalizers = []string{v1.FinalizerRetirement} })
+	}},
+	{name: "detaches its own placement from its lane (owner references)", rule: "placement-owner", act: func(w *world) error {
+		return updatePlacement(w, w.own, func(p *v1.LanePlacement) { p.OwnerReferences = nil })
+	}},
+	{name: "creates a placement for itself", rule: "placement-update-only", rbac: true, act: func(w *world) error {
+		p := w.own.DeepCopy()
+		p.ObjectMeta = metav1.ObjectMeta{Name: "extra-" + w.self, Namespace: p.Namespace, Labels: p.Labels}
+		p.Status = v1.LanePlacementStatus{}
+		return w.as.Create(ctx, p)
+	}},
+	{name: "deletes its own placement", rule: "placement-update-only", rbac: true, act: func(w *world) error { return w.as.Delete(ctx, get(w.own.DeepCopy())) }},
+	{name: "names another holder on its own Lease", rule: "lease-holder", act: func(w *world) error {
+		return w.as.Create(ctx, lease(w.self, "synapse-node-lease", w.other))
+	}},
+	{name: "deletes its own Lease", rule: "lease-no-delete", rbac: true, act: func(w *world) error {
+		Expect(admin.Create(ctx, lease(w.self, "synapse-node-lease", w.self))).To(Succeed())
+		return w.as.Delete(ctx, lease(w.self, "synapse-node-lease", w.self))
+	}},
+	{name: "requests a token for itself that lives a year", rule: "token-lifetime", act: func(w *world) error {
+		return requestToken(w, w.self, 365*24*time.Hour)
+	}},
+
+	// Leases elsewhere: the cluster's own leader elections.
+	{name: "creates its Lease in kube-system", rule: "lease-own", rbac: true, act: func(w *world) error {
+		return w.as.Create(ctx, lease(w.self, "kube-system", w.self))
+	}},
+	{name: "takes over kube-system's kube-controller-manager Lease", rule: "lease-own", rbac: true, act: func(w *world) error {
+		l := lease(fmt.Sprintf("kube-controller-manager-%d", seq), "kube-system", "kube-controller-manager")
+		Expect(admin.Create(ctx, l)).To(Succeed())
+		l.Spec.HolderIdentity = ptr.To(w.self)
+		return w.as.Update(ctx, l)
+	}},
+	{name: "takes over the controller's leader-election Lease", rule: "lease-own", rbac: true, act: func(w *world) error {
+		l := lease(fmt.Sprintf("synapse-controller-%d", seq), "synapse-system", "synapse-controller")
+		Expect(admin.Create(ctx, l)).To(Succeed())
+		l.Spec.HolderIdentity = ptr.To(w.self)
+		return w.as.Update(ctx, l)
+	}},
+
+	// Everything else.
+	{name: "creates a CatalogLane", rule: "nothing-else", rbac: true, act: func(w *world) error {
+		return w.as.Create(ctx, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: "lane-by-" + w.self, Namespace: "default"},
+			Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
+				Rungs: []v1.Rung{128}, Replicas: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}})
+	}},
+	{name: "creates a CertifiedIdentity", rule: "nothing-else", rbac: true, act: func(w *world) error {
+		d := v1.Sha256Digest(fmt.Sprintf("sha256:%064x", 1))
+		return w.as.Create(ctx, &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "id-by-" + w.self}, Spec: v1.CertifiedIdentitySpec{
+			Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: d, ProtocolVersion: 3},
+			Model:            v1.ModelIdentity{Name: "gte", Revision: "r", Layers: 22, HiddenSize: 768, EmbeddingDimensions: 768, CheckpointDigest: d},
+			ConversionPolicy: v1.ConversionPolicy{Name: "p", Digest: d}, MacOSBuild: "25B78", VectorSpaceID: "gte"}})
+	}},
+	{name: "creates a Service", rule: "nothing-else", rbac: true, act: func(w *world) error {
+		return w.as.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "svc-" + w.self, Namespace: "default"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}})
+	}},
+	{name: "creates an EndpointSlice pointing anywhere", rule: "nothing-else", rbac: true, act: func(w *world) error {
+		return w.as.Create(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "eps-" + w.self, Namespace: "default"},
+			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}}}})
+	}},
+	{name: "creates a ServiceAccount in the nodes' namespace", rule: "nothing-else", rbac: true, act: func(w *world) error {
+		return w.as.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "synapse-node-" + w.self + "-twin", Namespace: nodeidentity.Namespace}})
+	}},
+	{name: "deletes another Mac's ServiceAccount", rule: "nothing-else", rbac: true, act: func(w *world) error {
+		return w.as.Delete(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: nodeidentity.ServiceAccountName(w.other), Namespace: nodeidentity.Namespace}})
+	}},
+	{name: "creates a ConfigMap", rule: "nothing-else", rbac: true, act: createConfigMap},
+}
+
+// intruderRows act as a ServiceAccount of synapse-nodes that is named for no node: it is in
+// the agents' group, so the shipped RBAC lets it write node status; the policies do not.
+var intruderRows = []row{
+	{name: "writes a MacNode's status", rule: "node-identity", act: func(w *world) error {
+		n := node(w.self)
+		n.Status.ServingPort = 1
+		return w.as.Status().Update(ctx, n)
+	}},
+	{name: "writes a placement's status", rule: "node-identity", act: func(w *world) error { return updatePlacementStatus(w, w.own) }},
+	{name: "renews a Lease", rule: "node-identity", act: func(w *world) error {
+		return w.as.Create(ctx, lease(w.self, "synapse-node-lease", w.self))
+	}},
+}
+
+func updatePlacementAsAdmin(p *v1.LanePlacement, change func(*v1.LanePlacement)) error {
+	got := get(p.DeepCopy())
+	change(got)
+	return admin.Update(ctx, got)
+}
+
+// expect checks a row's outcome: allowed, refused by the shipped RBAC, or refused by the
+// policies with the message naming the rule.
+func expect(err error, r row, policiesOnly bool) {
+	GinkgoHelper()
+	switch {
+	case r.rule == "":
+		Expect(err).NotTo(HaveOccurred())
+	case r.rbac && !policiesOnly:
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want RBAC's refusal, got %v", err)
+		Expect(err.Error()).To(ContainSubstring("cannot"))
+	default:
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want the policy's refusal, got %v", err)
+		Expect(err.Error()).To(ContainSubstring("ValidatingAdmissionPolicy 'synapse-agent-"))
+		Expect(err.Error()).To(ContainSubstring("rule " + r.rule + ":"))
+	}
+}
+
+func entries() []any {
+	var out []any
+	for _, policiesOnly := range []bool{false, true} {
+		mode := "with the shipped RBAC"
+		if policiesOnly {
+			mode = "with every RBAC right (the policies alone)"
+		}
+		for _, r := range rows {
+			verdict := "may"
+			if r.rule != "" {
+				verdict = "may not: it"
+			}
+			out = append(out, Entry(fmt.Sprintf("%s, a node agent %s %s", mode, verdict, r.name), r, policiesOnly))
+		}
+	}
+	return out
+}
+
+var _ = Describe("Node restriction", func() {
+	DescribeTable("acting as a joined Mac's own identity", append([]any{
+		func(r row, policiesOnly bool) {
+			w := newWorld(policiesOnly)
+			expect(r.act(w), r, policiesOnly)
+		}}, entries()...)...,
+	)
+
+	DescribeTable("acting as a ServiceAccount of the nodes' namespace named for no node, with every RBAC right", append([]any{
+		func(r row) {
+			w := newWorld(false)
+			seq++
+			w.as = intruder(fmt.Sprintf("intruder-%d", seq))
+			expect(r.act(w), r, true)
+		}}, func() []any {
+		var out []any
+		for _, r := range intruderRows {
+			out = append(out, Entry("it may not: it "+r.name, r))
+		}
+		return out
+	}()...)...,
+	)
+
+	It("has at least 25 refusals, and every rule refuses something", func() {
+		refused := map[string]bool{}
+		for _, r := range append(rows, intruderRows...) {
+			if r.rule != "" {
+				refused[r.rule] = true
+			}
+		}
+		Expect(len(rows) + len(intruderRows)).To(BeNumerically(">=", 25))
+		Expect(refused).To(HaveLen(len(allRules)))
+		for _, rule := range allRules {
+			Expect(refused).To(HaveKey(rule))
+		}
+	})
+})
+
+// allRules are the rules of config/policies, each of which a row exercises.
+var allRules = []string{"node-identity", "macnode-own", "macnode-no-delete", "macnode-status-only", "fleet-labels", "macnode-no-finalizers",
+	"placement-update-only", "placement-own", "placement-spec", "placement-finalizers", "placement-owner",
+	"lease-own", "lease-no-delete", "lease-holder", "token-own", "token-lifetime", "nothing-else"}
