@@ -20,19 +20,15 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -43,7 +39,6 @@ import (
 	"github.com/ck-synapse/synapse-fleet/controllers"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
-	"github.com/ck-synapse/synapse-fleet/internal/manifests"
 	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
 
@@ -69,17 +64,9 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	kube = te.Client
 	ctx, cancel = context.WithCancel(context.Background())
-	objs, err := manifests.Read(filepath.Join(testenv.ConfigDir(), "default"))
+	Expect(te.Install(ctx)).To(Succeed())
+	asController, err := te.ServiceAccountConfig(ctx, "synapse-system", "synapse-controller")
 	Expect(err).NotTo(HaveOccurred())
-	Expect(manifests.Apply(ctx, kube, manifests.Without(objs, "Deployment", "CustomResourceDefinition"))).To(Succeed())
-
-	cs, err := kubernetes.NewForConfig(te.Config)
-	Expect(err).NotTo(HaveOccurred())
-	tr, err := cs.CoreV1().ServiceAccounts("synapse-system").CreateToken(ctx, "synapse-controller", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	asController := rest.AnonymousClientConfig(te.Config)
-	asController.BearerToken = tr.Status.Token
 
 	mgr, err := ctrl.NewManager(asController, ctrl.Options{
 		Scheme:                  te.Scheme,

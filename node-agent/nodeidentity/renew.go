@@ -88,6 +88,11 @@ type Renewer struct {
 	mu       sync.Mutex
 	err      error
 	renewals int
+	// written is the last token this renewer wrote and next when it renews it, timed by Clock
+	// from when it was obtained: the token's own issue time is the API server's clock, and an
+	// agent clock ahead of it must not renew again at once.
+	written string
+	next    time.Time
 }
 
 // Status is how many renewals succeeded and the last attempt's error (nil once one succeeded;
@@ -120,13 +125,17 @@ func (r *Renewer) Run(ctx context.Context) error {
 	retry := time.Duration(0)
 	for {
 		token, claims, err := r.Current()
+		renewAt := claims.RenewAt()
+		if err == nil && token == r.written {
+			renewAt = r.next
+		}
 		wait := time.Duration(0)
 		switch {
 		case err != nil:
 			r.fail(err)
 			wait = r.backoff(&retry)
-		case r.Clock.Now().Before(claims.RenewAt()):
-			wait = claims.RenewAt().Sub(r.Clock.Now())
+		case r.Clock.Now().Before(renewAt):
+			wait = renewAt.Sub(r.Clock.Now())
 		default:
 			if err := r.renew(ctx, token, claims); err != nil {
 				r.fail(err)
@@ -178,6 +187,7 @@ func (r *Renewer) renew(ctx context.Context, token string, current Claims) error
 	if err := writeFileAtomic(r.Path, []byte(tr.Status.Token)); err != nil {
 		return err
 	}
+	r.written, r.next = tr.Status.Token, now.Add(next.Lifetime()*8/10)
 	r.mu.Lock()
 	r.err = nil
 	r.renewals++

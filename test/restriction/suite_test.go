@@ -35,7 +35,6 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ck-synapse/synapse-fleet/internal/manifests"
 	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
 
@@ -45,9 +44,7 @@ var (
 	env   *testenv.Env
 	_     = testenv.Suite(func(e *testenv.Env) {
 		env, admin = e, e.Client
-		objs, err := manifests.Read(testenv.ConfigDir() + "/default")
-		Expect(err).NotTo(HaveOccurred())
-		Expect(manifests.Apply(ctx, admin, manifests.Without(objs, "Deployment", "CustomResourceDefinition"))).To(Succeed())
+		Expect(e.Install(ctx)).To(Succeed())
 		waitForPolicies()
 	})
 )

@@ -228,7 +228,7 @@ var rows = []row{
 	{name: "creates a CertifiedIdentity", rule: "nothing-else", rbac: true, act: func(w *world) error {
 		d := v1.Sha256Digest(fmt.Sprintf("sha256:%064x", 1))
 		return w.as.Create(ctx, &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "id-by-" + w.self}, Spec: v1.CertifiedIdentitySpec{
-			Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: d, ProtocolVersion: 3},
+			Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: d, ProtocolVersion: 3, Backend: v1.BackendSim},
 			Model:            v1.ModelIdentity{Name: "gte", Revision: "r", Layers: 22, HiddenSize: 768, EmbeddingDimensions: 768, CheckpointDigest: d},
 			ConversionPolicy: v1.ConversionPolicy{Name: "p", Digest: d}, MacOSBuild: "25B78", VectorSpaceID: "gte"}})
 	}},

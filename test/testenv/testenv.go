@@ -29,14 +29,20 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/internal/manifests"
 )
 
 // Env is a running control plane.
@@ -72,10 +78,41 @@ func Start() (*Env, error) {
 	if err := v1.AddToScheme(e.Scheme); err != nil {
 		return nil, err
 	}
+	if err := apiextensionsv1.AddToScheme(e.Scheme); err != nil {
+		return nil, err
+	}
 	if e.Client, err = client.NewWithWatch(cfg, client.Options{Scheme: e.Scheme}); err != nil {
 		return nil, err
 	}
 	return e, nil
+}
+
+// Install applies what config/default installs in a cluster (the namespaces, the controller's
+// and the agents' RBAC, the node-restriction policies), but the controller's Deployment and the
+// CRDs, which Start installed.
+func (e *Env) Install(ctx context.Context) error {
+	objs, err := manifests.Read(filepath.Join(ConfigDir(), "default"))
+	if err != nil {
+		return err
+	}
+	return manifests.Apply(ctx, e.Client, manifests.Without(objs, "Deployment", "CustomResourceDefinition"))
+}
+
+// ServiceAccountConfig is a rest.Config that authenticates as the ServiceAccount, by a token
+// from the TokenRequest API, as a pod running under it would.
+func (e *Env) ServiceAccountConfig(ctx context.Context, namespace, name string) (*rest.Config, error) {
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("a token for %s/%s: %w", namespace, name, err)
+	}
+	cfg := rest.AnonymousClientConfig(e.Config)
+	cfg.BearerToken = tr.Status.Token
+	return cfg, nil
 }
 
 // Stop stops the control plane.
