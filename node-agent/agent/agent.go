@@ -263,16 +263,14 @@ func listenAll(addrs []string) ([]net.Listener, int, error) {
 	for _, addr := range addrs {
 		host, p, err := net.SplitHostPort(addr)
 		if err != nil {
-			closeAll(lns)
-			return nil, 0, fmt.Errorf("listen address %q: %w", addr, err)
+			return nil, 0, errors.Join(fmt.Errorf("listen address %q: %w", addr, err), closeAll(lns))
 		}
 		if port != 0 && (p == "0" || p == "") {
 			addr = net.JoinHostPort(host, strconv.Itoa(port))
 		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			closeAll(lns)
-			return nil, 0, fmt.Errorf("listening on %s: %w", addr, err)
+			return nil, 0, errors.Join(fmt.Errorf("listening on %s: %w", addr, err), closeAll(lns))
 		}
 		if port == 0 {
 			port = ln.Addr().(*net.TCPAddr).Port
@@ -282,10 +280,12 @@ func listenAll(addrs []string) ([]net.Listener, int, error) {
 	return lns, port, nil
 }
 
-func closeAll(lns []net.Listener) {
+func closeAll(lns []net.Listener) error {
+	var errs []error
 	for _, ln := range lns {
-		_ = ln.Close()
+		errs = append(errs, ln.Close())
 	}
+	return errors.Join(errs...)
 }
 
 func addrsOf(lns []net.Listener) []string {

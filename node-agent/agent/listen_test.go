@@ -29,7 +29,11 @@ func TestListenAllSharesTheFirstPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeAll(lns)
+	defer func() {
+		if err := closeAll(lns); err != nil {
+			t.Error(err)
+		}
+	}()
 	if len(lns) != 2 || port == 0 {
 		t.Fatalf("%d listeners on port %d", len(lns), port)
 	}

@@ -161,7 +161,9 @@ func run(cmd *cobra.Command, o options) error {
 	// --kubeconfig or $KUBECONFIG names another.
 	if kc := flag.CommandLine.Lookup("kubeconfig"); kc != nil {
 		if p := identityKubeconfig(kc.Value.String(), o.stateDir); p != kc.Value.String() {
-			_ = kc.Value.Set(p)
+			if err := kc.Value.Set(p); err != nil {
+				return err
+			}
 		}
 	}
 	restConfig, err := ctrl.GetConfig()

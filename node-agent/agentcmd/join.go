@@ -55,6 +55,9 @@ token. To revoke a Mac, delete its ServiceAccount:
   kubectl -n synapse-nodes delete serviceaccount synapse-node-NODE`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return errors.New("--output is required: the directory to write the Mac's kubeconfig and token into")
+			}
 			cfg, err := adminConfig(kubeconfig)
 			if err != nil {
 				return err
@@ -85,10 +88,10 @@ token. To revoke a Mac, delete its ServiceAccount:
 			if !joined.CreatedIdentity {
 				verb = "joined again (a fresh token for the existing identity)"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s as ServiceAccount %s/%s; its token expires at %s and the agent renews it.\n"+
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s as ServiceAccount %s/%s; its token expires at %s and the agent renews it.\n"+
 				"Copy %s and %s into the Mac's state directory.\n",
 				args[0], verb, nodeidentity.Namespace, joined.ServiceAccount, joined.Expiry.UTC().Format(time.RFC3339), joined.Kubeconfig, joined.TokenFile)
-			return nil
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -97,7 +100,6 @@ token. To revoke a Mac, delete its ServiceAccount:
 	f.StringVar(&caFile, "certificate-authority", "", "the CA bundle that verifies the API server (default: the administrator's)")
 	f.StringVar(&out, "output", "", "the directory to write the Mac's kubeconfig and token into (required)")
 	f.DurationVar(&lifetime, "token-lifetime", nodeidentity.DefaultLifetime, "how long each token lives (10m to 48h); the agent renews it at 80%")
-	_ = cmd.MarkFlagRequired("output")
 	return cmd
 }
 

@@ -17,37 +17,41 @@ limitations under the License.
 package nodeidentity
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 )
 
 // writeFileAtomic replaces path with data (mode 0600) by a rename, so a reader (client-go
-// re-reads the token file every minute) sees the old file or the new one, never half of one.
+// re-reads the token file every minute) sees the old file or the new one, never half of one. A
+// failed attempt removes its temporary file.
 func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name()) // gone after the rename; removes a failed attempt
+	abandon := func(err error, closed bool) error {
+		err = fmt.Errorf("writing %s: %w", path, err)
+		if !closed {
+			err = errors.Join(err, tmp.Close())
+		}
+		return errors.Join(err, os.Remove(tmp.Name()))
+	}
 	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
+		return abandon(err, false)
 	}
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
+		return abandon(err, false)
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
+		return abandon(err, false)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+		return abandon(err, true)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+		return abandon(err, true)
 	}
 	return nil
 }
