@@ -19,8 +19,10 @@ package localfleet
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -119,3 +121,9 @@ func (f *Fleet) ControllerKubeconfig() string {
 // AdvertisedIP is the address the Macs advertise (127.0.0.1 when the machine has no other, and
 // then no EndpointSlice lists them).
 func (f *Fleet) AdvertisedIP() string { return f.ip }
+
+// ControllerMetricsURL is the controller's metrics endpoint: HTTPS (a self-signed certificate),
+// for callers that present a token RBAC allows to get /metrics.
+func (f *Fleet) ControllerMetricsURL() string {
+	return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(f.metrics)) + "/metrics"
+}

@@ -95,6 +95,7 @@ type Fleet struct {
 
 	mu         sync.Mutex
 	controller *process
+	metrics    int // the controller's metrics port
 	agents     map[string]*process
 	ports      map[string]int
 	ip         string // the address the Macs advertise; callers use the loopback
@@ -192,6 +193,7 @@ func (f *Fleet) startController(ctx context.Context) error {
 		return err
 	}
 	probe, metrics := freePort("127.0.0.1"), freePort("127.0.0.1")
+	f.metrics = metrics
 	args := []string{"--kubeconfig", kubeconfig, "--leader-elect", "--leader-election-namespace", ControllerNamespace,
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe), "--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metrics)}
 	if f.ip != "127.0.0.1" {

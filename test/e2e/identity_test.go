@@ -17,6 +17,9 @@ limitations under the License.
 package e2e
 
 import (
+	"crypto/tls"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,7 +31,9 @@ import (
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,6 +95,44 @@ var _ = Describe("Identities", func() {
 			g.Expect(kube.Get(ctx, client.ObjectKey{Namespace: localfleet.ControllerNamespace, Name: "synapse-controller.fleet.synapse.dev"}, lease)).To(Succeed())
 			g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
 		}).WithTimeout(10 * time.Second).Should(Succeed())
+	})
+
+	It("should serve the controller's metrics only to a caller RBAC lets read them", func() {
+		scrape := func(token string) int {
+			GinkgoHelper()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fleet.ControllerMetricsURL(), nil)
+			Expect(err).NotTo(HaveOccurred())
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			// The controller's certificate is self-signed; this is the loopback.
+			c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+			resp, err := c.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			defer resp.Body.Close()
+			_, err = io.Copy(io.Discard, resp.Body)
+			Expect(err).NotTo(HaveOccurred())
+			return resp.StatusCode
+		}
+		token := func(sa string, reader bool) string {
+			GinkgoHelper()
+			Expect(kube.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: "default"}})).To(Succeed())
+			if reader {
+				Expect(kube.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa + "-metrics"},
+					RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "synapse-metrics-reader"},
+					Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: "default"}}})).To(Succeed())
+			}
+			cs, err := kubernetes.NewForConfig(fleet.Config)
+			Expect(err).NotTo(HaveOccurred())
+			tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+				Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(600))}}, metav1.CreateOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			return tr.Status.Token
+		}
+		Expect(scrape("")).To(Equal(http.StatusUnauthorized))
+		Expect(scrape(token("not-a-scraper", false))).To(Equal(http.StatusForbidden))
+		scraper := token("prometheus", true)
+		Eventually(func() int { return scrape(scraper) }).WithTimeout(10 * time.Second).Should(Equal(http.StatusOK))
 	})
 
 	It("should publish the Macs' advertised address in the lane's EndpointSlices, inside the allowed CIDR", func() {

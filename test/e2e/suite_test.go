@@ -168,6 +168,9 @@ func newLane(task v1.Task, replicas int32, opts ...func(*v1.CatalogLaneSpec)) *v
 	Expect(kube.Create(ctx, l)).To(Succeed())
 	DeferCleanup(func() {
 		Expect(client.IgnoreNotFound(kube.Delete(ctx, l))).To(Succeed())
+		// What the garbage collector, which envtest does not run, does for the lane's placements
+		// (its owned objects): without it the Macs would keep every finished spec's lanes loaded.
+		Expect(kube.DeleteAllOf(ctx, &v1.LanePlacement{}, client.InNamespace(l.Namespace), client.MatchingLabels{v1.LabelLane: l.Name})).To(Succeed())
 	})
 	return l
 }
