@@ -101,7 +101,10 @@ func newControllerProcess(bin, kubeconfig, logPath string, grace, eviction time.
 		metricsAddr: freeAddr(), pprofAddr: freeAddr()}
 	c.args = []string{"--kubeconfig", kubeconfig, "--leader-elect=true", "--leader-election-namespace", controllerNamespace,
 		"--metrics-bind-address", c.metricsAddr, "--health-probe-bind-address", freeAddr(), "--pprof-bind-address", c.pprofAddr,
-		"--node-grace-period", grace.String(), "--node-eviction-timeout", eviction.String()}
+		"--node-grace-period", grace.String(), "--node-eviction-timeout", eviction.String(),
+		// The harness scrapes the loopback in plain HTTP; a cluster's controller serves metrics
+		// authenticated (the default).
+		"--metrics-secure=false"}
 	return c
 }
 

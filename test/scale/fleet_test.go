@@ -49,8 +49,10 @@ import (
 	"github.com/ck-synapse/synapse-fleet/test/scale/hollow"
 )
 
-// agentGroup is the group the agents' credentials carry; config/agent binds its ClusterRole.
-const agentGroup = "synapse-fleet:agents"
+// agentGroups are the groups a Mac's identity (a ServiceAccount of synapse-nodes) carries;
+// config/agent binds the agents' RBAC to the last. The hollow Macs present certificates with a
+// node identity's name and groups rather than 1000 TokenRequest tokens.
+var agentGroups = []string{"system:serviceaccounts", "system:serviceaccounts:synapse-nodes"}
 
 // fleetScenario sizes and times a run.
 type fleetScenario struct {
@@ -119,7 +121,7 @@ func startFleet(ctx context.Context, sc fleetScenario) (f *fleet, err error) {
 			return f, err
 		}
 	}
-	for _, dir := range []string{"config/rbac", "config/agent"} {
+	for _, dir := range []string{"config/agent", "config/rbac"} { // config/agent makes the namespaces config/rbac binds in
 		if err := applyKustomization(ctx, f.cp.Client, filepath.Join(repoRoot(), dir)); err != nil {
 			return f, err
 		}
@@ -167,7 +169,7 @@ func startFleet(ctx context.Context, sc fleetScenario) (f *fleet, err error) {
 	f.hollowLog = &lockedWriter{w: bufio.NewWriterSize(logFile, 1<<20), f: logFile}
 	cfg := hollow.Config{
 		RestConfig: func(name string) (*rest.Config, error) {
-			u, err := f.cp.env.AddUser(envtest.User{Name: "synapse-node-" + name, Groups: []string{agentGroup}}, f.cp.Config)
+			u, err := f.cp.env.AddUser(envtest.User{Name: "system:serviceaccount:synapse-nodes:synapse-node-" + name, Groups: agentGroups}, f.cp.Config)
 			if err != nil {
 				return nil, err
 			}
