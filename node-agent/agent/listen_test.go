@@ -45,22 +45,32 @@ func TestListenAllSharesTheFirstPort(t *testing.T) {
 }
 
 func TestListenAllClosesWhatItOpenedWhenOneAddressFails(t *testing.T) {
-	taken, err := net.Listen("tcp", "127.0.0.2:0")
+	// A port free on 127.0.0.1 whose twin on 127.0.0.2 is taken.
+	first, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	port := first.Addr().(*net.TCPAddr).Port
+	taken, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", strconv.Itoa(port)))
+	if err != nil {
+		t.Skipf("127.0.0.2:%d is not free: %v", port, err)
+	}
 	defer taken.Close()
-	port := taken.Addr().(*net.TCPAddr).Port
-	first := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if _, _, err := listenAll([]string{first, net.JoinHostPort("127.0.0.2", "0")}); err == nil {
+	addr := first.Addr().String()
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := listenAll([]string{addr, "127.0.0.2:0"}); err == nil {
 		t.Fatal("listening on a taken port succeeded")
 	}
 	// The first listener was closed: its address is free again.
-	ln, err := net.Listen("tcp", first)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("the first listener was left open: %v", err)
 	}
-	ln.Close()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := listenAll(nil); err == nil {
 		t.Fatal("no address was accepted")
 	}
