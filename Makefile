@@ -69,7 +69,7 @@ test: envtest vet ## Run every test suite (unit, envtest, e2e) with the race det
 
 .PHONY: audit
 audit: envtest ## Run every test docs/no-silent-fallback.md names (go test -json): fail on any missing, skipped or failed.
-	go run ./hack/audit --doc docs/no-silent-fallback.md
+	go run ./hack/runaudit --doc docs/no-silent-fallback.md
 
 .PHONY: bench
 bench: envtest ## Run the benchmarks (the fleet ones against a local control plane).
