@@ -195,6 +195,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	expiresAt := renewed.Add(c.grace)
 	if now.Before(expiresAt) {
 		metrics.NodeReady.WithLabelValues(node.Name).Set(1)
+		if err := c.healed(ctx, now); err != nil {
+			return reconcile.Result{}, err
+		}
 		return reconcile.Result{RequeueAfter: expiresAt.Sub(now)}, c.lift(ctx, node, "the node's Lease is renewed again")
 	}
 	c.mu.Lock()

@@ -108,6 +108,31 @@ func (c *Controller) evictWithBrake(ctx context.Context, node *v1.MacNode, now t
 	return reconcile.Result{}, c.evict(ctx, node)
 }
 
+// healed judges the fleet again while evictions are held, when a node is seen alive: the hold
+// (and synapse_evictions_held) ends once few enough nodes are unreachable, even if no lost node
+// is left to evict.
+func (c *Controller) healed(ctx context.Context, now time.Time) error {
+	c.mu.Lock()
+	held := c.held
+	c.mu.Unlock()
+	if !held {
+		return nil
+	}
+	h, err := c.health(ctx, now)
+	if err != nil {
+		return err
+	}
+	metrics.UnreachableNodes.Set(float64(h.unreachable))
+	if c.partitioned(h) {
+		return nil
+	}
+	c.mu.Lock()
+	c.held = false
+	c.mu.Unlock()
+	metrics.EvictionsHeld.Set(0)
+	return nil
+}
+
 // hold sets the node's EvictionHeld condition; the first hold of a partition is an event too.
 func (c *Controller) hold(ctx context.Context, node *v1.MacNode, h fleetHealth, now time.Time, first bool) error {
 	msg := fmt.Sprintf("%d of %d MacNodes (%.0f%%) are unreachable at once, which looks like a partition between the Macs and the API server "+

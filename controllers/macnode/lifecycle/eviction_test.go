@@ -21,12 +21,14 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
 )
 
 // fleetOf registers n heartbeating nodes, each with a placement, seen by the controller.
@@ -99,6 +101,8 @@ var _ = Describe("Eviction", func() {
 				}
 			}
 			Expect(held).To(Equal(1), "one event for the partition, not one per node and reconcile")
+			Expect(testutil.ToFloat64(metrics.EvictionsHeld)).To(Equal(1.0))
+			Expect(testutil.ToFloat64(metrics.UnreachableNodes)).To(Equal(3.0))
 
 			// Still held a while later.
 			clk.Step(10 * time.Minute)
@@ -125,6 +129,8 @@ var _ = Describe("Eviction", func() {
 				Expect(c.Reason).To(Equal(v1.NodeReasonEvictionResumed))
 				Expect(exists(ps[i])).To(BeTrue())
 			}
+			Expect(testutil.ToFloat64(metrics.EvictionsHeld)).To(BeZero(), "the hold ends with the partition")
+			Expect(testutil.ToFloat64(metrics.UnreachableNodes)).To(BeZero())
 		})
 	})
 
