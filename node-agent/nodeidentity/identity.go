@@ -38,7 +38,8 @@ import (
 )
 
 const (
-	// Namespace holds the Macs' ServiceAccounts and nothing else.
+	// Namespace holds the Macs' ServiceAccounts, their token Roles and the API server's
+	// audiences (AudiencesConfigMap), nothing else.
 	Namespace = "synapse-nodes"
 	// Prefix starts each Mac's ServiceAccount name; the rest is its node's name.
 	Prefix = "synapse-node-"

@@ -65,7 +65,8 @@ type Joined struct {
 // Join gives a Mac its identity: the ServiceAccount synapse-node-<node> in Namespace, a Role
 // and RoleBinding that let it (and only it) request its own tokens, owned by the
 // ServiceAccount so that deleting it removes them, a token, and a kubeconfig that reads the
-// token from the file beside it. Joining a Mac again reuses its ServiceAccount and issues a
+// token from the file beside it. It records the API server's audiences (AudiencesConfigMap),
+// the only ones the node-restriction policy lets a Mac request a token for. Joining a Mac again reuses its ServiceAccount and issues a
 // fresh token. kube must be an administrator's client.
 func Join(ctx context.Context, kube kubernetes.Interface, opts JoinOptions) (*Joined, error) {
 	if err := ValidateNode(opts.Node); err != nil {
@@ -119,6 +120,9 @@ func Join(ctx context.Context, kube kubernetes.Interface, opts JoinOptions) (*Jo
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(opts.Lifetime / time.Second))}}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("requesting a token for %s/%s: %w", Namespace, name, err)
+	}
+	if err := recordAudiences(ctx, kube, tr.Spec.Audiences); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err

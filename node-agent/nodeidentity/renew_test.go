@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -153,6 +154,26 @@ var _ = Describe("A joined Mac", func() {
 			Expect(err).NotTo(HaveOccurred())
 			Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o600)), f)
 		}
+	})
+
+	It("records the API server's audiences, the only ones the policy lets it request a token for", func() {
+		_, j := join()
+		cm, err := admin.CoreV1().ConfigMaps(nodeidentity.Namespace).Get(ctx, nodeidentity.AudiencesConfigMap, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		tr, err := admin.CoreV1().ServiceAccounts(nodeidentity.Namespace).CreateToken(ctx, j.ServiceAccount,
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(600))}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(tr.Spec.Audiences).NotTo(BeEmpty())
+		Expect(cm.Data).To(HaveKeyWithValue(nodeidentity.AudiencesKey, strings.Join(tr.Spec.Audiences, ",")))
+
+		// Whatever an administrator wrote there, joining puts the API server's back.
+		cm.Data[nodeidentity.AudiencesKey] = "vault"
+		_, err = admin.CoreV1().ConfigMaps(nodeidentity.Namespace).Update(ctx, cm, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		join()
+		cm, err = admin.CoreV1().ConfigMaps(nodeidentity.Namespace).Get(ctx, nodeidentity.AudiencesConfigMap, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(cm.Data).To(HaveKeyWithValue(nodeidentity.AudiencesKey, strings.Join(tr.Spec.Audiences, ",")))
 	})
 
 	It("joined again keeps its ServiceAccount and gets a fresh token", func() {

@@ -37,10 +37,13 @@ var (
 		var err error
 		admin, err = kubernetes.NewForConfig(e.Config)
 		Expect(err).NotTo(HaveOccurred())
-		// The namespaces and the agents' RBAC, as a cluster has them.
-		objs, err := manifests.Read(filepath.Join(testenv.ConfigDir(), "agent"))
-		Expect(err).NotTo(HaveOccurred())
-		Expect(manifests.Apply(ctx, e.Client, objs)).To(Succeed())
+		// The namespaces, the agents' RBAC and the node-restriction policies (a renewal must
+		// pass them), as a cluster has them.
+		for _, dir := range []string{"agent", "policies"} {
+			objs, err := manifests.Read(filepath.Join(testenv.ConfigDir(), dir))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(manifests.Apply(ctx, e.Client, objs)).To(Succeed())
+		}
 	})
 )
 

@@ -18,6 +18,7 @@ package restriction
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -75,6 +76,23 @@ func requestToken(w *world, node string, lifetime time.Duration) error {
 	return err
 }
 
+// requestTokenFor has self request its own token for audiences.
+func requestTokenFor(w *world, audiences []string) error {
+	_, err := w.cs.CoreV1().ServiceAccounts(nodeidentity.Namespace).CreateToken(ctx, nodeidentity.ServiceAccountName(w.self),
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: ptr.To(int64(3600))}},
+		metav1.CreateOptions{})
+	return err
+}
+
+// apiAudiences are the API server's audiences, as Join recorded them.
+func apiAudiences() []string {
+	GinkgoHelper()
+	cm := &corev1.ConfigMap{}
+	Expect(admin.Get(ctx, client.ObjectKey{Namespace: nodeidentity.Namespace, Name: nodeidentity.AudiencesConfigMap}, cm)).To(Succeed())
+	Expect(cm.Data[nodeidentity.AudiencesKey]).NotTo(BeEmpty())
+	return strings.Split(cm.Data[nodeidentity.AudiencesKey], ",")
+}
+
 // recreateOwnNode deletes self's MacNode (as an administrator) and has self create it as
 // given, as an agent registers on a fresh cluster.
 func recreateOwnNode(w *world, n *v1.MacNode) error {
@@ -109,6 +127,7 @@ var rows = []row{
 		return w.as.Patch(ctx, got, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
 	}},
 	{name: "requests a token for itself", act: func(w *world) error { return requestToken(w, w.self, time.Hour) }},
+	{name: "requests a token for itself naming the API server's audiences", act: func(w *world) error { return requestTokenFor(w, apiAudiences()) }},
 	{name: "asks the API server who it is", act: func(w *world) error {
 		review, err := w.cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		if err == nil && review.Status.UserInfo.Username != "system:serviceaccount:synapse-nodes:synapse-node-"+w.self {
@@ -200,6 +219,12 @@ var rows = []row{
 	}},
 	{name: "requests a token for itself that lives a year", rule: "token-lifetime", act: func(w *world) error {
 		return requestToken(w, w.self, 365*24*time.Hour)
+	}},
+	{name: "requests a token for itself for another system's audience", rule: "token-audience", act: func(w *world) error {
+		return requestTokenFor(w, []string{"vault"})
+	}},
+	{name: "requests a token for itself for the API server's audiences and another system's", rule: "token-audience", act: func(w *world) error {
+		return requestTokenFor(w, append(apiAudiences(), "vault"))
 	}},
 
 	// Leases elsewhere: the cluster's own leader elections.
@@ -345,4 +370,4 @@ var _ = Describe("Node restriction", func() {
 // allRules are the rules of config/policies, each of which a row exercises.
 var allRules = []string{"node-identity", "macnode-own", "macnode-no-delete", "macnode-status-only", "fleet-labels", "macnode-no-finalizers",
 	"placement-update-only", "placement-own", "placement-spec", "placement-finalizers", "placement-owner",
-	"lease-own", "lease-no-delete", "lease-holder", "token-own", "token-lifetime", "nothing-else"}
+	"lease-own", "lease-no-delete", "lease-holder", "token-own", "token-audience", "token-lifetime", "nothing-else"}
