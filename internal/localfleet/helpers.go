@@ -24,7 +24,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"sync"
 )
 
@@ -46,29 +45,14 @@ func Build(dir string) error {
 	return nil
 }
 
-// freePort asks the kernel for a TCP port free on every one of ips (0 if it finds none).
-func freePort(ips ...string) int {
-	for range 20 {
-		l, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
-		if err != nil {
-			return 0
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		free := true
-		for _, ip := range ips[1:] {
-			other, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
-			if err != nil {
-				free = false
-				break
-			}
-			other.Close()
-		}
-		l.Close()
-		if free {
-			return port
-		}
+// freePort asks the kernel for a TCP port free on the loopback (0 if it has none).
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0
 	}
-	return 0
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // prefixed writes each line to out with "[name] " before it; one mutex keeps the processes'
@@ -109,10 +93,10 @@ func (w *prefixWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// advertiseIP is the address the Macs advertise (and listen on beside the loopback): the
-// machine's first non-loopback IPv4 address, which an EndpointSlice can hold, or the loopback
-// if it has none (the endpoints controller then lists no endpoint for them). Nothing sends
-// traffic to it: callers use the loopback (Fleet.URL).
+// advertiseIP is the address the Macs advertise: the machine's first non-loopback IPv4
+// address, which an EndpointSlice can hold, or the loopback if it has none (the endpoints
+// controller then lists no endpoint for them). Nothing listens on it and nothing sends traffic
+// to it: the Macs listen on, and callers use, the loopback (Fleet.URL).
 func advertiseIP() string {
 	addrs, err := net.InterfaceAddrs()
 	if err == nil {

@@ -192,7 +192,7 @@ func (f *Fleet) startController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	probe, metrics := freePort("127.0.0.1"), freePort("127.0.0.1")
+	probe, metrics := freePort(), freePort()
 	f.metrics = metrics
 	args := []string{"--kubeconfig", kubeconfig, "--leader-elect", "--leader-election-namespace", ControllerNamespace,
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe), "--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metrics)}
@@ -222,7 +222,7 @@ func (f *Fleet) StartMac(ctx context.Context, m Mac) error {
 		port = m.Port
 	}
 	if port == 0 {
-		port = freePort(f.listenIPs()...)
+		port = freePort()
 	}
 	f.ports[m.Name] = port
 	f.mu.Unlock()
@@ -233,7 +233,7 @@ func (f *Fleet) StartMac(ctx context.Context, m Mac) error {
 	}
 	args := []string{"--kubeconfig", kubeconfig, "--node-name", m.Name, "--backend", "sim", "--macos-build", m.MacOSBuild,
 		"--chip", "Apple M4 (sim)", "--state-dir", state, "--worker-binary", filepath.Join(f.opts.Bin, "synapse-ane-worker"),
-		"--listen", f.listenAddrs(port), "--advertise-address", f.ip,
+		"--listen", listenAddr(port), "--advertise-address", f.ip,
 		"--sim-scale", strconv.FormatFloat(f.opts.SimScale, 'g', -1, 64)}
 	if m.Budget > 0 {
 		args = append(args, "--budget", strconv.Itoa(m.Budget))
@@ -327,32 +327,21 @@ func (f *Fleet) PID(name string) int {
 	return 0
 }
 
-// URL is the base URL of a Mac's HTTP API on the loopback: tests and benchmarks send traffic
-// there only, while the Mac also listens on, and advertises, the machine's interface address.
+// URL is the base URL of a Mac's HTTP API on the loopback, the one address it listens on:
+// tests and benchmarks send traffic there only, while the Mac advertises the machine's
+// interface address.
 func (f *Fleet) URL(name string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(f.ports[name]))
 }
 
-// listenIPs are the addresses a Mac listens on: the loopback, which callers use, and the
-// address it advertises, which its MacNode reports and its lanes' EndpointSlices list. (When
-// the agents serve TLS, a certificate for the advertised address verifies a loopback call
-// that names that address as the server name.)
-func (f *Fleet) listenIPs() []string {
-	if f.ip == "127.0.0.1" {
-		return []string{f.ip}
-	}
-	return []string{"127.0.0.1", f.ip}
-}
-
-// listenAddrs is the agent's --listen value for port.
-func (f *Fleet) listenAddrs(port int) string {
-	var out []string
-	for _, ip := range f.listenIPs() {
-		out = append(out, net.JoinHostPort(ip, strconv.Itoa(port)))
-	}
-	return strings.Join(out, ",")
+// listenAddr is a Mac's --listen value: the loopback only. The Mac advertises the machine's
+// interface address (its MacNode reports it and its lanes' EndpointSlices list it), but a test
+// fleet sends traffic to the loopback alone, so nothing listens on that address to be called
+// there, from this machine or another.
+func listenAddr(port int) string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // RestartAPIServer kills the kube-apiserver, as a crash would, and starts it again on the same

@@ -88,6 +88,18 @@ var _ = Describe("Identities", func() {
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "mac-a created a kube-system Lease: %v", err)
 	})
 
+	It("should have every Mac listen on the loopback only, though it advertises another address", func() {
+		for _, mac := range append(slices.Clone(matching), other) {
+			addrs, err := listening(fleet.PID(mac))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(addrs).NotTo(BeEmpty(), "%s listens nowhere", mac)
+			for _, a := range addrs {
+				Expect(a.Addr().IsLoopback()).To(BeTrue(), "%s listens on %s", mac, a)
+			}
+			Expect(argAfter(fleet.PID(mac), "--advertise-address")).To(Equal(fleet.AdvertisedIP()))
+		}
+	})
+
 	It("should run the controller under its ServiceAccount, electing its leader in its own namespace", func() {
 		Expect(whoami(fleet.ControllerKubeconfig())).To(Equal("system:serviceaccount:synapse-system:synapse-controller"))
 		Eventually(func(g Gomega) {
