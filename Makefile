@@ -114,9 +114,10 @@ verify: manifests generate proto kustomize ## Regenerate everything, fail if a c
 	@for k in config/default config/policies config/samples config/prometheus; do $(KUSTOMIZE) build $$k >/dev/null || { echo "kustomize build $$k failed"; exit 1; }; done
 
 .PHONY: helm-lint
-helm-lint: helm ## Lint and render the Helm chart.
+helm-lint: helm ## Lint and render the Helm chart; fail if it grants other rights than config/default (which make dev and the e2e suite run under).
 	$(HELM) lint --strict --kube-version $(ENVTEST_K8S_VERSION) charts/synapse-fleet
 	$(HELM) template synapse-fleet charts/synapse-fleet --kube-version $(ENVTEST_K8S_VERSION) >/dev/null
+	$(HELM) template synapse-fleet charts/synapse-fleet --namespace synapse-system --kube-version $(ENVTEST_K8S_VERSION) | go run ./hack/chartrbac --config config/default -
 
 ##@ Build
 
