@@ -25,12 +25,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	fleetv1alpha1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/internal/localfleet"
@@ -79,6 +84,24 @@ func TestDevFleetServesTheSamples(t *testing.T) {
 				g.Expect(l.Status.Nodes).NotTo(gomega.ContainElement("mac-c"))
 			}
 		}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(gomega.Succeed())
+
+		// Nothing runs as the administrator: each Mac as its own joined identity, the
+		// controller as its ServiceAccount.
+		for _, m := range f.macs {
+			cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(f.PID(m.Name)), "cmdline"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(cmdline), "\x00--kubeconfig\x00"+f.MacKubeconfig(m.Name)+"\x00") {
+				t.Errorf("%s does not run with its own kubeconfig %s: %q", m.Name, f.MacKubeconfig(m.Name), cmdline)
+			}
+			if who := whoami(t, f.MacKubeconfig(m.Name)); who != "system:serviceaccount:synapse-nodes:synapse-node-"+m.Name {
+				t.Errorf("%s runs as %s", m.Name, who)
+			}
+		}
+		if who := whoami(t, f.ControllerKubeconfig()); who != "system:serviceaccount:synapse-system:synapse-controller" {
+			t.Errorf("the controller runs as %s", who)
+		}
 
 		out2, err := exec.Command(f.kubectl, "--kubeconfig", f.kubeconfig, "get", "cataloglanes,laneplacements,macnodes").CombinedOutput()
 		if err != nil {
@@ -130,6 +153,24 @@ func TestDevFleetServesTheSamples(t *testing.T) {
 	if _, err := os.Stat(opts.kubeconfig); !os.IsNotExist(err) {
 		t.Errorf("the kubeconfig of a stopped fleet is still there (err %v)", err)
 	}
+}
+
+// whoami asks the API server who a kubeconfig authenticates as.
+func whoami(t *testing.T, kubeconfig string) string {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return review.Status.UserInfo.Username
 }
 
 // syncWriter lets the processes' output goroutines share one buffer.
