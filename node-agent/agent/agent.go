@@ -102,6 +102,8 @@ type Agent struct {
 	registry   *prometheus.Registry
 	kube       client.Client
 	servingErr chan error
+	// lease is the node's Lease as the heartbeat last wrote it (see renew).
+	lease *coordinationv1.Lease
 
 	mu     sync.Mutex
 	lanes  map[types.NamespacedName]*lane // by placement

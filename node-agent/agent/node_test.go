@@ -1,0 +1,102 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+)
+
+// A renewal is one request: the Lease the heartbeat last wrote is updated without reading it
+// first, and read again only after a renewal failed (here, someone else wrote it meanwhile).
+func TestALeaseRenewalIsOneRequestUntilOneFails(t *testing.T) {
+	scheme := k8sruntime.NewScheme()
+	if err := coordinationv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	base := fake.NewClientBuilder().WithScheme(scheme).Build()
+	kube := interceptor.NewClient(base, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			calls["get"]++
+			return c.Get(ctx, key, obj, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			calls["create"]++
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			calls["update"]++
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+	clk := clocktesting.NewFakeClock(epoch)
+	a := &Agent{cfg: Config{NodeName: "mac-1", LeaseDuration: 30 * time.Second, Clock: clk}, kube: kube}
+	renew := func() error { clk.Step(10 * time.Second); return a.renew(context.Background()) }
+	expect := func(want map[string]int) {
+		t.Helper()
+		for k, v := range want {
+			if calls[k] != v {
+				t.Fatalf("calls %v, want %v", calls, want)
+			}
+		}
+	}
+
+	if err := renew(); err != nil {
+		t.Fatal(err)
+	}
+	expect(map[string]int{"get": 1, "create": 1, "update": 0})
+	for range 3 {
+		if err := renew(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect(map[string]int{"get": 1, "create": 1, "update": 3})
+
+	// Someone else writes the Lease: the next renewal conflicts, the one after reads it afresh.
+	other := &coordinationv1.Lease{}
+	if err := base.Get(context.Background(), client.ObjectKey{Namespace: LeaseNamespace, Name: "mac-1"}, other); err != nil {
+		t.Fatal(err)
+	}
+	other.Spec.HolderIdentity = ptr.To("intruder")
+	if err := base.Update(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	if err := renew(); err == nil {
+		t.Fatal("a renewal over a Lease written meanwhile succeeded")
+	}
+	if err := renew(); err != nil {
+		t.Fatal(err)
+	}
+	expect(map[string]int{"get": 2, "update": 5})
+	got := &coordinationv1.Lease{}
+	if err := base.Get(context.Background(), client.ObjectKey{Namespace: LeaseNamespace, Name: "mac-1"}, got); err != nil {
+		t.Fatal(err)
+	}
+	if *got.Spec.HolderIdentity != "mac-1" || !got.Spec.RenewTime.Time.Equal(clk.Now()) {
+		t.Errorf("the Lease is %+v, want held by mac-1 and renewed now", got.Spec)
+	}
+}
