@@ -1,0 +1,93 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package identity_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/identity"
+)
+
+// A lane enqueues the identity it names only when it can change that identity's status, never
+// for its own status writes.
+func TestALaneEnqueuesOnlyTheIdentityItNamesWhenItMatters(t *testing.T) {
+	lane := func(id string, mutate ...func(*v1.CatalogLane)) *v1.CatalogLane {
+		l := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: "l", Namespace: "ns"}, Spec: v1.CatalogLaneSpec{IdentityRef: v1.LocalObjectReference{Name: id}}}
+		for _, m := range mutate {
+			m(l)
+		}
+		return l
+	}
+	for name, tc := range map[string]struct {
+		old, cur *v1.CatalogLane
+		want     []string
+	}{
+		"status written": {lane("a"), lane("a", func(l *v1.CatalogLane) { l.Status.ReadyReplicas = 1 }), nil},
+		"replicas":       {lane("a"), lane("a", func(l *v1.CatalogLane) { l.Spec.Replicas = 3 }), nil},
+		"renamed":        {lane("a"), lane("b"), []string{"a", "b"}},
+		"being deleted":  {lane("a"), lane("a", func(l *v1.CatalogLane) { now := metav1.Now(); l.DeletionTimestamp = &now }), []string{"a"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+			defer q.ShutDown()
+			identity.LaneEvents().Update(context.Background(), event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.cur}, q)
+			var got []string
+			for q.Len() > 0 {
+				r, _ := q.Get()
+				got = append(got, r.Name)
+				q.Done(r)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("enqueued %v, want %v", got, tc.want)
+			}
+		})
+	}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	identity.LaneEvents().Create(context.Background(), event.CreateEvent{Object: lane("a")}, q)
+	if r, _ := q.Get(); r.Name != "a" || q.Len() != 0 {
+		t.Errorf("a new lane enqueued %v", r)
+	}
+}
+
+func TestOnlyANodeChangeOfWorkerOrPlatformReconcilesTheIdentities(t *testing.T) {
+	n := &v1.MacNode{Status: v1.MacNodeStatus{Platform: v1.Platform{MacOSBuild: "25B78"}, Worker: v1.NodeWorker{Backend: v1.BackendSim}}}
+	for name, tc := range map[string]struct {
+		change func(*v1.MacNode)
+		want   bool
+	}{
+		"allocation":  {func(n *v1.MacNode) { n.Status.Allocated.LayerExecutables = 40 }, false},
+		"queue":       {func(n *v1.MacNode) { n.Status.CompileQueue.Length = 2 }, false},
+		"macOS build": {func(n *v1.MacNode) { n.Status.Platform.MacOSBuild = "25C56" }, true},
+		"worker":      {func(n *v1.MacNode) { n.Status.Worker.BinaryDigest = "sha256:ab" }, true},
+	} {
+		cur := n.DeepCopy()
+		tc.change(cur)
+		if got := identity.NodeChanges.Update(event.UpdateEvent{ObjectOld: n, ObjectNew: cur}); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+}
