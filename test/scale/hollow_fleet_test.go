@@ -45,7 +45,7 @@ func runFleet(tb testing.TB, sc fleetScenario) *report {
 			tail(tb, filepath.Join(sc.Dir, "controller.log"), 10)
 		}
 	}()
-	rep := &report{Nodes: sc.Nodes, Lanes: sc.Lanes}
+	rep := &report{Nodes: sc.Nodes, Lanes: sc.Lanes, BootSeconds: f.bootSeconds}
 	if sc.Report != "" {
 		// Written whatever happens, so a run that fails still says how far it got.
 		defer func() {

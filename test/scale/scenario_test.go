@@ -272,10 +272,13 @@ type report struct {
 	Controller usage  `json:"controller"`
 	APIServer  usage  `json:"apiServer"`
 	Etcd       usage  `json:"etcd"`
-	// Hollow is the process running the hollow Macs (and the harness).
-	Hollow usage   `json:"hollowFleet"`
-	Storms []storm `json:"storms,omitempty"`
-	Config struct {
+	// Hollow is the process running the hollow Macs (and the harness); AgentRestarts counts the
+	// times their agents exited (failing to reach the API server) and were started again.
+	Hollow        usage   `json:"hollowFleet"`
+	AgentRestarts int     `json:"agentRestarts"`
+	BootSeconds   float64 `json:"bootSeconds"`
+	Storms        []storm `json:"storms,omitempty"`
+	Config        struct {
 		SimScale       float64 `json:"simScale"`
 		LeaseSeconds   float64 `json:"leaseDurationSeconds"`
 		StatusSeconds  float64 `json:"statusIntervalSeconds"`
@@ -462,4 +465,5 @@ func (f *fleet) usages(rep *report) {
 		rep.Etcd.CPUSeconds, rep.Etcd.PeakRSSBytes, _ = procUsage(pid)
 	}
 	rep.Hollow.CPUSeconds, rep.Hollow.PeakRSSBytes, _ = procUsage(os.Getpid())
+	rep.AgentRestarts = f.agentRestarts()
 }

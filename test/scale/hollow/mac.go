@@ -26,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -61,9 +60,9 @@ type Config struct {
 	// RestConfig returns the credentials the named Mac's agent uses (its own identity).
 	RestConfig func(name string) (*rest.Config, error)
 	Scheme     *runtime.Scheme
-	// StateDir holds each Mac's lane lock; ArtifactRoot the sim artifacts (see InstallArtifact),
-	// one tree per macOS build shared by the Macs of that build, as a disk image would be.
-	StateDir, ArtifactRoot string
+	// ArtifactRoot holds the sim artifacts (see InstallArtifact), one tree per macOS build shared
+	// by the Macs of that build, as a disk image would be.
+	ArtifactRoot string
 	// BinaryDigest is the worker binary digest the Macs report and identities certify.
 	BinaryDigest v1.Sha256Digest
 	// SimScale scales the simulated compile and load times.
@@ -73,6 +72,10 @@ type Config struct {
 	Log                           logr.Logger
 }
 
+// RestartDelay is how long launchd waits before it starts an agent that exited again (its
+// default ThrottleInterval).
+const RestartDelay = 10 * time.Second
+
 // Mac is one running hollow Mac.
 type Mac struct {
 	Spec    Spec
@@ -80,43 +83,71 @@ type Mac struct {
 	plug    *plug
 	cancel  context.CancelFunc
 	done    chan struct{}
-	err     error
+
+	mu       sync.Mutex
+	restarts int
+	lastErr  error
 }
 
 // Start starts a hollow Mac's agent. It returns at once; the agent registers its MacNode,
-// renews its Lease and serves its placements until Kill or Stop.
+// renews its Lease and serves its placements until Kill or Stop. An agent that exits with an
+// error (it cannot reach the API server as it starts, say) is started again after
+// RestartDelay, as launchd's KeepAlive does; its Neural Engine and aned cache stay.
 func Start(cfg Config, spec Spec) (*Mac, error) {
 	rc, err := cfg.RestConfig(spec.Name)
 	if err != nil {
-		return nil, err
-	}
-	state := filepath.Join(cfg.StateDir, spec.Name)
-	if err := os.MkdirAll(state, 0o755); err != nil {
 		return nil, err
 	}
 	m := &Mac{Spec: spec, plug: newPlug(), done: make(chan struct{}),
 		Machine: simane.New(simane.Config{Clock: clock.RealClock{}, Scale: cfg.SimScale})}
 	rc = rest.CopyConfig(rc)
 	rc.Dial = m.plug.dial
-	a := agent.New(agent.Config{
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	go func() {
+		defer close(m.done)
+		for {
+			err := m.newAgent(cfg).Run(ctx, rc, cfg.Scheme)
+			if ctx.Err() != nil {
+				return
+			}
+			m.mu.Lock()
+			m.restarts, m.lastErr = m.restarts+1, err
+			m.mu.Unlock()
+			cfg.Log.Error(err, "the agent exited; starting it again", "node", spec.Name)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(RestartDelay):
+			}
+		}
+	}()
+	return m, nil
+}
+
+// Restarts is how many times the agent exited and was started again, and why it last exited.
+func (m *Mac) Restarts() (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.restarts, m.lastErr
+}
+
+// newAgent is one run of the Mac's agent process.
+func (m *Mac) newAgent(cfg Config) *agent.Agent {
+	spec := m.Spec
+	return agent.New(agent.Config{
 		NodeName: spec.Name, Labels: spec.Labels,
 		Platform: v1.Platform{Chip: "Apple M4 (hollow)", MacOSBuild: spec.MacOSBuild, HardwareModel: "hollow"},
 		Worker:   v1.NodeWorker{SigningIdentifier: SigningID, BinaryDigest: cfg.BinaryDigest, ProtocolVersion: 3, Backend: v1.BackendSim},
 		Budget:   spec.Budget, Address: "127.0.0.1", Listen: []string{"127.0.0.1:0"},
 		Host: &Spawner{Machine: m.Machine, SigningID: SigningID, BinaryDigest: string(cfg.BinaryDigest), Clock: clock.RealClock{},
 			Faults: spec.Faults, CallTimeout: 30 * time.Second, AdmitTimeout: 30 * time.Minute},
-		LockPath:     filepath.Join(state, "ane.lock"),
+		// No lane lock: nothing outside this process could reach the simulated device, and an
+		// agent started again in the same process could not take a lock its predecessor held.
 		ArtifactRoot: filepath.Join(cfg.ArtifactRoot, string(spec.MacOSBuild)), ChipFamily: chipFamily, ConverterVersion: artifact.SimConverterVersion,
 		LeaseDuration: cfg.LeaseDuration, StatusInterval: cfg.StatusInterval,
 		Clock: clock.RealClock{}, Log: cfg.Log.WithValues("node", spec.Name),
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	m.cancel = cancel
-	go func() {
-		defer close(m.done)
-		m.err = a.Run(ctx, rc, cfg.Scheme)
-	}()
-	return m, nil
 }
 
 // Stop stops the agent as SIGTERM does: it retires its lanes and marks its placements.
@@ -130,20 +161,14 @@ func (m *Mac) Stop(timeout time.Duration) error {
 func (m *Mac) Kill(timeout time.Duration) error {
 	m.plug.cut()
 	m.cancel()
-	_ = m.wait(timeout)
-	select {
-	case <-m.done:
-		return nil
-	default:
-		return fmt.Errorf("hollow Mac %s did not stop within %s", m.Spec.Name, timeout)
-	}
+	return m.wait(timeout)
 }
 
-// wait waits for the agent to return, and returns its error.
+// wait waits for the agent to return.
 func (m *Mac) wait(timeout time.Duration) error {
 	select {
 	case <-m.done:
-		return m.err
+		return nil
 	case <-time.After(timeout):
 		return fmt.Errorf("hollow Mac %s did not stop within %s", m.Spec.Name, timeout)
 	}
@@ -205,17 +230,4 @@ func (p *plug) cut() {
 		_ = c.(*trackedConn).Conn.Close()
 	}
 	clear(p.conns)
-}
-
-// Err is why the agent stopped, nil while it runs.
-func (m *Mac) Err() error {
-	select {
-	case <-m.done:
-		if m.err == nil {
-			return errors.New("the agent returned")
-		}
-		return m.err
-	default:
-		return nil
-	}
 }
