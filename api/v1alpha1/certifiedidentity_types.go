@@ -153,10 +153,16 @@ type CertifiedIdentityStatus struct {
 	// +optional
 	MatchingNodes int32 `json:"matchingNodes,omitempty"`
 
-	// lanes lists the CatalogLanes (namespace/name) that reference this identity.
+	// laneCount is how many CatalogLanes reference this identity.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	LaneCount int32 `json:"laneCount,omitempty"`
+
+	// lanes lists the CatalogLanes (namespace/name) that reference this identity: all of them,
+	// or the first 100 by name when more do (laneCount counts them all).
 	// +optional
 	// +listType=set
-	// +kubebuilder:validation:MaxItems=1024
+	// +kubebuilder:validation:MaxItems=100
 	// +kubebuilder:validation:items:MaxLength=317
 	Lanes []string `json:"lanes,omitempty"`
 
@@ -180,6 +186,7 @@ type CertifiedIdentityStatus struct {
 // +kubebuilder:printcolumn:name="Worker",type=string,JSONPath=`.spec.worker.signingIdentifier`
 // +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.spec.worker.backend`
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.matchingNodes`
+// +kubebuilder:printcolumn:name="Lanes",type=integer,JSONPath=`.status.laneCount`
 // +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.conversionPolicy.name`,priority=1
 // +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.spec.worker.binaryDigest`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -137,7 +138,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			matching++
 		}
 	}
-	id.Status.ObservedGeneration, id.Status.MatchingNodes, id.Status.Lanes = id.Generation, matching, lanes
+	id.Status.ObservedGeneration, id.Status.MatchingNodes = id.Generation, matching
+	setLanes(&id.Status, lanes)
 	now := metav1.NewTime(c.clk.Now())
 	matched := metav1.Condition{Type: v1.IdentityConditionMatched, Status: metav1.ConditionTrue, Reason: v1.IdentityReasonNodesMatch,
 		Message: fmt.Sprintf("%d MacNodes run this worker on macOS %s", matching, id.Spec.MacOSBuild), ObservedGeneration: id.Generation, LastTransitionTime: now}
@@ -153,6 +155,25 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	return reconcile.Result{}, c.kube.Status().Patch(ctx, id, client.MergeFrom(stored))
+}
+
+// ListedLanes is how many of the lanes that use an identity its status lists (laneCount counts
+// them all): the list is rewritten whole on every change, and a fleet may have thousands.
+const ListedLanes = 100
+
+// setLanes records the lanes (sorted) that use the identity.
+func setLanes(st *v1.CertifiedIdentityStatus, lanes []string) {
+	st.LaneCount = int32(len(lanes))
+	st.Lanes = lanes[:min(len(lanes), ListedLanes)]
+}
+
+// usedBy names the first few lanes, for a message of bounded length.
+func usedBy(lanes []string) string {
+	const named = 5
+	if len(lanes) <= named {
+		return strings.Join(lanes, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(lanes[:named], ", "), len(lanes)-named)
 }
 
 // lanesUsing lists the lanes (namespace/name) that reference the identity.
@@ -175,14 +196,14 @@ func (c *Controller) lanesUsing(ctx context.Context, name string) ([]string, err
 func (c *Controller) finalize(ctx context.Context, id *v1.CertifiedIdentity, lanes []string) error {
 	if len(lanes) > 0 {
 		stored := id.DeepCopy()
+		setLanes(&id.Status, lanes)
 		meta.SetStatusCondition(&id.Status.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse,
-			Reason: v1.IdentityReasonInUse, Message: fmt.Sprintf("deletion waits until no lane references it; used by %v", lanes),
+			Reason: v1.IdentityReasonInUse, Message: fmt.Sprintf("deletion waits until no lane references it; used by %d lanes: %s", len(lanes), usedBy(lanes)),
 			ObservedGeneration: id.Generation, LastTransitionTime: metav1.NewTime(c.clk.Now())})
-		id.Status.Lanes = lanes
 		if equality.Semantic.DeepEqual(stored.Status, id.Status) {
 			return nil
 		}
-		c.recorder.Eventf(id, nil, "Warning", v1.IdentityReasonInUse, "Delete", "deletion blocked: used by %v", lanes)
+		c.recorder.Eventf(id, nil, "Warning", v1.IdentityReasonInUse, "Delete", "deletion blocked: used by %d lanes: %s", len(lanes), usedBy(lanes))
 		return c.kube.Status().Patch(ctx, id, client.MergeFrom(stored))
 	}
 	if controllerutil.RemoveFinalizer(id, v1.FinalizerInUse) {

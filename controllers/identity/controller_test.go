@@ -22,6 +22,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,6 +80,7 @@ var _ = Describe("Identities", func() {
 		Expect(got.Finalizers).To(ContainElement(v1.FinalizerInUse))
 		Expect(got.Status.MatchingNodes).To(BeEquivalentTo(2), "the node on another macOS build does not match")
 		Expect(got.Status.Lanes).To(Equal([]string{"default/" + lane.Name}))
+		Expect(got.Status.LaneCount).To(BeEquivalentTo(1))
 		Expect(meta.IsStatusConditionTrue(got.Status.Conditions, v1.IdentityConditionMatched)).To(BeTrue())
 
 		Expect(kube.Delete(ctx, got)).To(Succeed())
@@ -88,5 +90,38 @@ var _ = Describe("Identities", func() {
 
 		Expect(kube.Delete(ctx, lane)).To(Succeed())
 		Expect(reconcileIdentity(ctl, id)).To(BeNil(), "the identity stayed after its last lane went")
+	})
+
+	It("should count every lane that uses it and list the first ones by name, however many there are", func() {
+		seq++
+		digest := v1.Sha256Digest(fmt.Sprintf("sha256:%064x", 2000+seq))
+		id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("busy-%d", seq)},
+			Spec: v1.CertifiedIdentitySpec{
+				Worker: v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
+				Model: v1.ModelIdentity{Name: "gte", Revision: "r1", Layers: 22, HiddenSize: 768, EmbeddingDimensions: 768,
+					CheckpointDigest: "sha256:0d3b4c1f8e2a7b6c5d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e"},
+				ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: "sha256:9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0"},
+				MacOSBuild:       "25B78", VectorSpaceID: "gte"}}
+		Expect(kube.Create(ctx, id)).To(Succeed())
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("busy-%d", seq)}}
+		Expect(kube.Create(ctx, ns)).To(Succeed())
+		const lanes = identity.ListedLanes + 20
+		for i := range lanes {
+			Expect(kube.Create(ctx, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lane-%03d", i), Namespace: ns.Name},
+				Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: id.Name},
+					Rungs: []v1.Rung{128}, Replicas: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}})).To(Succeed())
+		}
+		ctl := identity.NewController(clocktesting.NewFakeClock(time.Now()), kube, events.NewFakeRecorder(10))
+		reconcileIdentity(ctl, id)
+		got := reconcileIdentity(ctl, id)
+		Expect(got.Status.LaneCount).To(BeEquivalentTo(lanes))
+		Expect(got.Status.Lanes).To(HaveLen(identity.ListedLanes))
+		Expect(got.Status.Lanes[0]).To(Equal(ns.Name + "/lane-000"))
+
+		Expect(kube.Delete(ctx, got)).To(Succeed())
+		got = reconcileIdentity(ctl, id)
+		Expect(meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady).Message).To(
+			ContainSubstring(fmt.Sprintf("used by %d lanes: %s/lane-000", lanes, ns.Name)))
+		Expect(meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady).Message).To(ContainSubstring("and 115 more"))
 	})
 })
