@@ -22,12 +22,15 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 )
 
 // A renewal is one request: the Lease the heartbeat last wrote is updated without reading it
@@ -98,5 +101,48 @@ func TestALeaseRenewalIsOneRequestUntilOneFails(t *testing.T) {
 	}
 	if *got.Spec.HolderIdentity != "mac-1" || !got.Spec.RenewTime.Time.Equal(clk.Now()) {
 		t.Errorf("the Lease is %+v, want held by mac-1 and renewed now", got.Spec)
+	}
+}
+
+// The node's progress (allocation, lanes, queue) is written at most every NodeProgressInterval;
+// a change of what placement reads, within StatusInterval.
+func TestTheNodesProgressIsCoalescedLongerThanItsConditions(t *testing.T) {
+	first, second := testPlacement("gte"), testPlacement("bge")
+	a, clk, _ := newTestAgent(t, first, second)
+	ctx := context.Background()
+	last := map[string]time.Time{}
+	loadReady(t, a, first)
+	a.statusPass(ctx, last)
+	node := func() *v1.MacNode {
+		t.Helper()
+		n := &v1.MacNode{}
+		if err := a.kube.Get(ctx, client.ObjectKey{Name: "mac-1"}, n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if got := node().Status.Lanes; got != 1 {
+		t.Fatalf("the node reports %d lanes, want 1", got)
+	}
+
+	loadReady(t, a, second) // progress: a lane more, more executables allocated
+	clk.Step(a.cfg.StatusInterval)
+	a.statusPass(ctx, last)
+	if got := node().Status.Lanes; got != 1 {
+		t.Fatalf("progress was written within %s: %d lanes", NodeProgressInterval, got)
+	}
+	clk.Step(NodeProgressInterval)
+	a.statusPass(ctx, last)
+	if got := node().Status.Lanes; got != 2 {
+		t.Fatalf("progress was not written after %s: %d lanes", NodeProgressInterval, got)
+	}
+
+	a.mu.Lock()
+	a.paused = true // a condition placement reads
+	a.mu.Unlock()
+	clk.Step(a.cfg.StatusInterval)
+	a.statusPass(ctx, last)
+	if !meta.IsStatusConditionTrue(node().Status.Conditions, v1.NodeConditionPaused) {
+		t.Fatalf("a pause was not written within %s", a.cfg.StatusInterval)
 	}
 }

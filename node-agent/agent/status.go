@@ -59,7 +59,9 @@ func (a *Agent) statusPass(ctx context.Context, last map[string]time.Time) int {
 	due := func(key string) bool { t, ok := last[key]; return !ok || now.Sub(t) >= a.cfg.StatusInterval }
 	n := 0
 	if due("node") {
-		if wrote, err := a.writeNodeStatus(ctx); err != nil {
+		t, ok := last["node"]
+		progressDue := !ok || now.Sub(t) >= NodeProgressInterval
+		if wrote, err := a.writeNodeStatus(ctx, progressDue); err != nil {
 			a.cfg.Log.V(1).Info("writing the node status; will retry", "error", err.Error())
 		} else if wrote {
 			last["node"] = now
@@ -270,8 +272,31 @@ func ptrTime(t time.Time) *metav1.Time {
 	return &mt
 }
 
-// writeNodeStatus patches the MacNode's status if it differs from what the agent reports.
-func (a *Agent) writeNodeStatus(ctx context.Context) (bool, error) {
+// NodeProgressInterval is the least time between two writes of the node's status that only
+// report progress (allocation, cached rungs, the compile queue, the number of lanes, the
+// conditions' messages): a Mac compiling its lanes changes them every second, and a thousand
+// Macs writing them that often are most of what the API server does in a rollout. A change
+// of what placement reads (a condition, the platform, the worker, the capacity) is written
+// within StatusInterval.
+const NodeProgressInterval = 10 * time.Second
+
+// progressOnly reports whether two node statuses differ only in what NodeProgressInterval
+// coalesces.
+func progressOnly(a, b v1.MacNodeStatus) bool {
+	mask := func(st v1.MacNodeStatus) v1.MacNodeStatus {
+		st.Allocated, st.CachedRungs, st.CompileQueue, st.Lanes = v1.ExecutableBudget{}, nil, v1.CompileQueueSummary{}, 0
+		st.Conditions = slices.Clone(st.Conditions)
+		for i := range st.Conditions {
+			st.Conditions[i].Message, st.Conditions[i].LastTransitionTime = "", metav1.Time{}
+		}
+		return st
+	}
+	return equality.Semantic.DeepEqual(mask(a), mask(b))
+}
+
+// writeNodeStatus patches the MacNode's status if it differs from what the agent reports; a
+// difference in progress alone only when progressDue.
+func (a *Agent) writeNodeStatus(ctx context.Context, progressDue bool) (bool, error) {
 	node := &v1.MacNode{}
 	if err := a.kube.Get(ctx, client.ObjectKey{Name: a.cfg.NodeName}, node); err != nil {
 		return false, err
@@ -337,7 +362,7 @@ func (a *Agent) writeNodeStatus(ctx context.Context) (bool, error) {
 	default:
 		cond(v1.NodeConditionPaused, metav1.ConditionFalse, "NotPaused", "the node serves its lanes")
 	}
-	if equality.Semantic.DeepEqual(stored.Status, node.Status) {
+	if equality.Semantic.DeepEqual(stored.Status, node.Status) || (!progressDue && progressOnly(stored.Status, node.Status)) {
 		return false, nil
 	}
 	return true, a.kube.Status().Patch(ctx, node, client.MergeFrom(stored))
