@@ -23,6 +23,7 @@ import (
 	"flag"
 	"os"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -49,6 +50,9 @@ func main() {
 		leaderElectionNS string
 		secureMetrics    bool
 		allowed, denied  string
+		leaseDuration    time.Duration
+		renewDeadline    time.Duration
+		retryPeriod      time.Duration
 		opts             controllers.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address the Prometheus metrics endpoint binds to; 0 disables it")
@@ -59,6 +63,9 @@ func main() {
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "serve metrics over HTTPS to callers authenticated by TokenReview and authorised by SubjectAccessReview (get /metrics)")
 	flag.StringVar(&allowed, "endpoint-cidrs", "", "comma-separated CIDRs the Macs' addresses may be in; only those are published in the lanes' EndpointSlices (none: no address is)")
 	flag.StringVar(&denied, "denied-endpoint-cidrs", "", "comma-separated CIDRs never published, beside the cluster's own service, pod and node addresses (read from the API)")
+	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the leader's last renewal before it takes over")
+	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps retrying a renewal before it gives up leading (and exits): raise it where the API server is slow to answer")
+	flag.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often leader election is tried and the lease renewed")
 	flag.DurationVar(&opts.NodeGracePeriod, "node-grace-period", lifecycle.DefaultGracePeriod, "how old a node's Lease may get before the node is Unknown")
 	flag.DurationVar(&opts.NodeEvictionTimeout, "node-eviction-timeout", lifecycle.DefaultEvictionTimeout, "how long a node may stay Unknown before its placements are re-placed")
 	flag.Float64Var(&opts.NodeEvictionRate, "node-eviction-rate", lifecycle.DefaultEvictionRate, "how many lost nodes a second may have their placements re-placed")
@@ -103,6 +110,9 @@ func main() {
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "synapse-controller.fleet.synapse.dev",
 		LeaderElectionNamespace: leaderElectionNS,
+		LeaseDuration:           &leaseDuration,
+		RenewDeadline:           &renewDeadline,
+		RetryPeriod:             &retryPeriod,
 		// The process exits right after the manager stops, so the lease can be given up at once
 		// and a standby takes over without waiting for it to expire.
 		LeaderElectionReleaseOnCancel: true,
