@@ -153,7 +153,8 @@ type CertifiedIdentityStatus struct {
 	// +optional
 	MatchingNodes int32 `json:"matchingNodes,omitempty"`
 
-	// laneCount is how many CatalogLanes reference this identity.
+	// laneCount is how many CatalogLanes reference this identity. A change of the lanes alone
+	// is written at most every 5 s, so a burst of lanes applied at once is a few writes.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	LaneCount int32 `json:"laneCount,omitempty"`

@@ -23,8 +23,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -47,16 +50,25 @@ import (
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities/finalizers,verbs=update
 
+// LanesInterval is the least time between two status writes that only change which lanes use
+// the identity: a burst of lanes applied at once is a write every LanesInterval rather than one
+// per lane. A change of the matching nodes or of a condition is written at once.
+const LanesInterval = 5 * time.Second
+
 // Controller reconciles CertifiedIdentities.
 type Controller struct {
 	clk      clock.PassiveClock
 	kube     client.Client
 	recorder events.EventRecorder
+
+	mu sync.Mutex
+	// wrote is when each identity's status was last written.
+	wrote map[string]time.Time
 }
 
 // NewController returns the identity controller.
 func NewController(clk clock.PassiveClock, kube client.Client, recorder events.EventRecorder) *Controller {
-	return &Controller{clk: clk, kube: kube, recorder: recorder}
+	return &Controller{clk: clk, kube: kube, recorder: recorder, wrote: map[string]time.Time{}}
 }
 
 // Name of the controller.
@@ -114,6 +126,9 @@ var NodeChanges = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	id := &v1.CertifiedIdentity{}
 	if err := c.kube.Get(ctx, req.NamespacedName, id); err != nil {
+		if apierrors.IsNotFound(err) {
+			c.forget(req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	lanes, err := c.lanesUsing(ctx, id.Name)
@@ -154,7 +169,40 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if equality.Semantic.DeepEqual(stored.Status, id.Status) {
 		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{}, c.kube.Status().Patch(ctx, id, client.MergeFrom(stored))
+	if wait := c.lanesWait(id.Name, &stored.Status, &id.Status); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	if err := c.kube.Status().Patch(ctx, id, client.MergeFrom(stored)); err != nil {
+		return reconcile.Result{}, err
+	}
+	c.mu.Lock()
+	c.wrote[id.Name] = c.clk.Now()
+	c.mu.Unlock()
+	return reconcile.Result{}, nil
+}
+
+// forget drops a deleted identity's last write, so the map holds only identities that exist.
+func (c *Controller) forget(name string) {
+	c.mu.Lock()
+	delete(c.wrote, name)
+	c.mu.Unlock()
+}
+
+// lanesWait is how long a status write that only changes the lanes must wait to be coalesced
+// with the next; zero for any other change, or when the last write is LanesInterval old.
+func (c *Controller) lanesWait(name string, stored, desired *v1.CertifiedIdentityStatus) time.Duration {
+	a, b := stored.DeepCopy(), desired.DeepCopy()
+	a.Lanes, a.LaneCount, b.Lanes, b.LaneCount = nil, 0, nil, 0
+	if !equality.Semantic.DeepEqual(a, b) {
+		return 0
+	}
+	c.mu.Lock()
+	last, ok := c.wrote[name]
+	c.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	return max(0, LanesInterval-c.clk.Since(last))
 }
 
 // ListedLanes is how many of the lanes that use an identity its status lists (laneCount counts
@@ -207,6 +255,7 @@ func (c *Controller) finalize(ctx context.Context, id *v1.CertifiedIdentity, lan
 		return c.kube.Status().Patch(ctx, id, client.MergeFrom(stored))
 	}
 	if controllerutil.RemoveFinalizer(id, v1.FinalizerInUse) {
+		c.forget(id.Name)
 		return c.kube.Update(ctx, id)
 	}
 	return nil

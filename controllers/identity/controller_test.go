@@ -92,6 +92,81 @@ var _ = Describe("Identities", func() {
 		Expect(reconcileIdentity(ctl, id)).To(BeNil(), "the identity stayed after its last lane went")
 	})
 
+	It("should write a change of its lanes alone at most every LanesInterval, and a change of its matching nodes at once", func() {
+		seq++
+		digest := v1.Sha256Digest(fmt.Sprintf("sha256:%064x", 3000+seq))
+		id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("burst-%d", seq)},
+			Spec: v1.CertifiedIdentitySpec{
+				Worker: v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
+				Model: v1.ModelIdentity{Name: "gte", Revision: "r1", Layers: 22, HiddenSize: 768, EmbeddingDimensions: 768,
+					CheckpointDigest: "sha256:0d3b4c1f8e2a7b6c5d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e"},
+				ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: "sha256:9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0"},
+				MacOSBuild:       "25B78", VectorSpaceID: "gte"}}
+		Expect(kube.Create(ctx, id)).To(Succeed())
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("burst-%d", seq)}}
+		Expect(kube.Create(ctx, ns)).To(Succeed())
+		addLane := func(i int) {
+			GinkgoHelper()
+			Expect(kube.Create(ctx, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lane-%d", i), Namespace: ns.Name},
+				Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: id.Name},
+					Rungs: []v1.Rung{128}, Replicas: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}})).To(Succeed())
+		}
+		addNode := func(i int) {
+			GinkgoHelper()
+			n := &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("burst-%d-%d", seq, i)}}
+			Expect(kube.Create(ctx, n)).To(Succeed())
+			n.Status.Platform.MacOSBuild = "25B78"
+			n.Status.Worker = v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim}
+			Expect(kube.Status().Update(ctx, n)).To(Succeed())
+		}
+		clk := clocktesting.NewFakeClock(time.Now())
+		ctl := identity.NewController(clk, kube, events.NewFakeRecorder(10))
+		step := func() (reconcile.Result, *v1.CertifiedIdentity) {
+			GinkgoHelper()
+			res, err := ctl.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(id)})
+			Expect(err).NotTo(HaveOccurred())
+			got := &v1.CertifiedIdentity{}
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(id), got)).To(Succeed())
+			return res, got
+		}
+		addNode(0)
+		step() // adds the finalizer
+		res, got := step()
+		Expect(res.RequeueAfter).To(BeZero(), "the first write waited")
+		Expect(got.Status.MatchingNodes).To(BeEquivalentTo(1))
+		Expect(got.Status.LaneCount).To(BeZero())
+
+		addLane(0)
+		res, got = step()
+		Expect(res.RequeueAfter).To(Equal(identity.LanesInterval), "a lane right after a write was not held back")
+		Expect(got.Status.LaneCount).To(BeZero(), "a change of the lanes alone was written within LanesInterval")
+
+		clk.Step(2 * time.Second)
+		addLane(1)
+		res, got = step()
+		Expect(res.RequeueAfter).To(Equal(identity.LanesInterval-2*time.Second), "the wait is counted from the last write")
+		Expect(got.Status.LaneCount).To(BeZero())
+
+		addNode(1)
+		res, got = step()
+		Expect(res.RequeueAfter).To(BeZero())
+		Expect(got.Status.MatchingNodes).To(BeEquivalentTo(2), "a change of the matching nodes waited")
+		Expect(got.Status.LaneCount).To(BeEquivalentTo(2), "the write of the nodes left out the lanes held back")
+
+		addLane(2)
+		res, got = step()
+		Expect(res.RequeueAfter).To(Equal(identity.LanesInterval))
+		Expect(got.Status.LaneCount).To(BeEquivalentTo(2))
+		clk.Step(identity.LanesInterval)
+		res, got = step()
+		Expect(res.RequeueAfter).To(BeZero())
+		Expect(got.Status.LaneCount).To(BeEquivalentTo(3), "the lanes held back were never written")
+		Expect(got.Status.Lanes).To(Equal([]string{ns.Name + "/lane-0", ns.Name + "/lane-1", ns.Name + "/lane-2"}))
+
+		res, _ = step()
+		Expect(res.RequeueAfter).To(BeZero(), "nothing to change still asked to come back")
+	})
+
 	It("should count every lane that uses it and list the first ones by name, however many there are", func() {
 		seq++
 		digest := v1.Sha256Digest(fmt.Sprintf("sha256:%064x", 2000+seq))
