@@ -43,7 +43,7 @@ const AssumeTimeout = 2 * time.Minute
 //
 //   - every MacNode, indexed by the identity key its worker and macOS build give it and by its
 //     labels, so the nodes that can take a lane are found without walking the fleet;
-//   - every placement, charged to its node: one shape of its identity's layers, the least the
+//   - every placement, charged to its node and listed under its lane: one shape of its identity's layers, the least the
 //     lane needs resident to serve (prewarmed shapes beyond it are evicted on demand, so what a
 //     node reports allocated is not what bounds placement). A placement the controller has
 //     created is charged at once, before the informer shows it ("assumed"), so lanes placed in
@@ -60,7 +60,11 @@ type fleet struct {
 	byKey      map[identityKey]map[string]*nodeInfo
 	byLabel    map[string]map[string]*nodeInfo // "key=value" -> nodes
 	placements map[types.NamespacedName]*placementInfo
+	byLane     map[types.NamespacedName]map[types.NamespacedName]*placementInfo
 	layers     map[string]int32 // identity name -> layers (an identity's spec is immutable)
+	// identities holds the generation of every identity the informer has shown: its status
+	// (written as lanes come and go) changes nothing placement reads.
+	identities map[string]int64
 	lanes      map[types.NamespacedName]*laneInfo
 	// waiting holds the lanes short of replicas whose identity exists, by the key it needs.
 	waiting map[identityKey]map[types.NamespacedName]*laneInfo
@@ -126,7 +130,7 @@ type laneInfo struct {
 func newFleet(clk clock.PassiveClock) *fleet {
 	return &fleet{clk: clk, nodes: map[string]*nodeInfo{}, byKey: map[identityKey]map[string]*nodeInfo{},
 		byLabel: map[string]map[string]*nodeInfo{}, placements: map[types.NamespacedName]*placementInfo{},
-		layers: map[string]int32{}, lanes: map[types.NamespacedName]*laneInfo{}, waiting: map[identityKey]map[types.NamespacedName]*laneInfo{}}
+		byLane: map[types.NamespacedName]map[types.NamespacedName]*placementInfo{}, layers: map[string]int32{}, identities: map[string]int64{}, lanes: map[types.NamespacedName]*laneInfo{}, waiting: map[identityKey]map[types.NamespacedName]*laneInfo{}}
 }
 
 // charged is what the node's placements charge it. Callers hold mu.
@@ -275,11 +279,17 @@ func (f *fleet) placedOn(lane types.NamespacedName, n *nodeInfo) bool {
 }
 
 // observeIdentity records an identity's layers, which its placements charge, and returns the
-// lanes that name it.
+// lanes that name it when it is new or its spec changed. Its status changes (the lanes that
+// use it, rewritten every few seconds while lanes are applied) enqueue nothing: enqueuing every
+// lane of the identity on each would place a burst of N lanes N times over.
 func (f *fleet) observeIdentity(id *v1.CertifiedIdentity) []reconcile.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.layers[id.Name] = id.Spec.Model.Layers
+	if gen, seen := f.identities[id.Name]; seen && gen == id.Generation {
+		return nil
+	}
+	f.identities[id.Name] = id.Generation
 	return f.lanesOf(id.Name)
 }
 
@@ -288,6 +298,7 @@ func (f *fleet) observeIdentity(id *v1.CertifiedIdentity) []reconcile.Request {
 func (f *fleet) identityGone(name string) []reconcile.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	delete(f.identities, name)
 	return f.lanesOf(name)
 }
 
@@ -320,13 +331,12 @@ func (f *fleet) observePlacement(p *v1.LanePlacement) []reconcile.Request {
 		relevant = old.obj.Status.Phase != p.Status.Phase || old.obj.Generation != p.Generation ||
 			old.obj.DeletionTimestamp.IsZero() != p.DeletionTimestamp.IsZero()
 	}
-	if old != nil && old.node != p.Spec.Node {
-		delete(f.nodeLocked(old.node).placements, key)
+	if old != nil {
+		f.dropLocked(old)
 	}
 	info := &placementInfo{key: key, lane: lane, node: p.Spec.Node, identity: p.Spec.Identity, obj: p,
 		deleting: !p.DeletionTimestamp.IsZero() || (old != nil && old.deleting)}
-	f.placements[key] = info
-	f.nodeLocked(p.Spec.Node).placements[key] = info
+	f.addLocked(info)
 	if !relevant {
 		return nil
 	}
@@ -351,8 +361,23 @@ func (f *fleet) placementGone(namespace, name string) []reconcile.Request {
 	return out
 }
 
+// addLocked records a placement under its key, its node and its lane. Callers hold mu.
+func (f *fleet) addLocked(p *placementInfo) {
+	f.placements[p.key] = p
+	f.nodeLocked(p.node).placements[p.key] = p
+	if f.byLane[p.lane] == nil {
+		f.byLane[p.lane] = map[types.NamespacedName]*placementInfo{}
+	}
+	f.byLane[p.lane][p.key] = p
+}
+
+// dropLocked forgets a placement. Callers hold mu.
 func (f *fleet) dropLocked(p *placementInfo) {
 	delete(f.placements, p.key)
+	delete(f.byLane[p.lane], p.key)
+	if len(f.byLane[p.lane]) == 0 {
+		delete(f.byLane, p.lane)
+	}
 	if n := f.nodes[p.node]; n != nil {
 		delete(n.placements, p.key)
 		if n.node == nil && len(n.placements) == 0 {
@@ -368,8 +393,8 @@ func (f *fleet) lanePlacements(lane types.NamespacedName) (live []*v1.LanePlacem
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	on = map[string]struct{}{}
-	for _, p := range f.placements {
-		if p.lane != lane || f.expired(p) {
+	for _, p := range f.byLane[lane] {
+		if f.expired(p) { // deletes from byLane[lane], which a range allows
 			continue
 		}
 		on[p.node] = struct{}{}
@@ -466,8 +491,7 @@ func (f *fleet) reserve(req request, newPlacement func(node string) *v1.LanePlac
 		info := &placementInfo{key: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, lane: req.lane, node: n.name,
 			identity: req.id.Name, obj: p, assumedAt: f.clk.Now()}
 		if _, known := f.placements[info.key]; !known {
-			f.placements[info.key] = info
-			n.placements[info.key] = info
+			f.addLocked(info)
 		}
 		out.chosen = append(out.chosen, n.name)
 	}

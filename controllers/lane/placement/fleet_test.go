@@ -260,3 +260,85 @@ func TestADeletedPlacementStopsCountingButKeepsItsCharge(t *testing.T) {
 		t.Errorf("the retiring placement's budget was given away: %+v", got)
 	}
 }
+
+// An identity's status is rewritten as lanes come and go; none of it moves a lane. Only a new
+// identity, a changed spec or a deleted one enqueues the lanes that name it.
+func TestAnIdentityEnqueuesItsLanesOnlyWhenNewChangedOrGone(t *testing.T) {
+	f := newFleet(clocktesting.NewFakeClock(time.Now()))
+	id, other := testIdentity("gte", 22), testIdentity("other", 22)
+	id.Generation, other.Generation = 1, 1
+	f.observeLane(testLane("a", id, nil), id, true)
+	f.observeLane(testLane("b", id, nil), id, false)
+	f.observeLane(testLane("c", other, nil), other, true)
+	if got := lanes(f.observeIdentity(id)); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("a new identity enqueued %v, want the lanes that name it", got)
+	}
+	status := id.DeepCopy()
+	status.Status.LaneCount, status.Status.Lanes = 2, []string{"ns/a", "ns/b"}
+	if got := f.observeIdentity(status); got != nil {
+		t.Errorf("a status write enqueued %v", lanes(got))
+	}
+	changed := status.DeepCopy()
+	changed.Generation = 2
+	if got := lanes(f.observeIdentity(changed)); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("a changed spec enqueued %v, want the lanes that name it", got)
+	}
+	if got := lanes(f.identityGone(id.Name)); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("a deleted identity enqueued %v, want the lanes that name it", got)
+	}
+	if got := lanes(f.observeIdentity(changed)); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("an identity created again enqueued %v, want the lanes that name it", got)
+	}
+}
+
+// A lane's placements are found under the lane, through every way one comes and goes: shown
+// by the informer, assumed, moved to another node, deleted, expired.
+func TestALanesPlacementsAreFoundUnderItsLane(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := newFleet(clk)
+	id := testIdentity("gte", 10)
+	f.observeIdentity(id)
+	for i := range 3 {
+		f.observeNode(testNode(fmt.Sprintf("mac-%d", i)))
+	}
+	names := func(lane string) []string {
+		t.Helper()
+		live, _ := f.lanePlacements(types.NamespacedName{Namespace: "ns", Name: lane})
+		var out []string
+		for _, p := range live {
+			out = append(out, p.Spec.Node)
+		}
+		return out
+	}
+	f.observePlacement(testPlacement("a", "mac-0", id))
+	f.observePlacement(testPlacement("b", "mac-1", id))
+	if out := reserveOne(f, testLane("a", id, nil), id); len(out.chosen) != 1 {
+		t.Fatalf("reserved %v", out.chosen)
+	}
+	if got := names("a"); len(got) != 2 || got[0] != "mac-0" {
+		t.Errorf("lane a has placements on %v, want mac-0 and the one assumed", got)
+	}
+	if got := names("b"); !slices.Equal(got, []string{"mac-1"}) {
+		t.Errorf("lane b has placements on %v, want mac-1", got)
+	}
+	moved := testPlacement("b", "mac-1", id)
+	moved.Spec.Node = "mac-2"
+	f.observePlacement(moved)
+	if got := names("b"); !slices.Equal(got, []string{"mac-2"}) {
+		t.Errorf("lane b has placements on %v after its placement moved, want mac-2", got)
+	}
+	if f.charged(f.nodes["mac-1"]) != 0 {
+		t.Errorf("mac-1 is still charged for the placement that moved away")
+	}
+	f.placementGone("ns", moved.Name)
+	if got := names("b"); got != nil {
+		t.Errorf("lane b has placements on %v after its only one went", got)
+	}
+	clk.Step(AssumeTimeout + time.Second)
+	if got := names("a"); !slices.Equal(got, []string{"mac-0"}) {
+		t.Errorf("lane a has placements on %v after the assumption expired, want mac-0", got)
+	}
+	if len(f.byLane) != 1 {
+		t.Errorf("the lane index holds %d lanes, want 1 (lane a)", len(f.byLane))
+	}
+}
