@@ -96,7 +96,7 @@ type controllerProcess struct {
 	peakBefore int64
 }
 
-func newControllerProcess(bin, kubeconfig, logPath string, grace, eviction time.Duration) *controllerProcess {
+func newControllerProcess(bin, kubeconfig, logPath string, grace, eviction time.Duration, evictionRate float64) *controllerProcess {
 	c := &controllerProcess{bin: bin, kubeconfig: kubeconfig, logPath: logPath,
 		metricsAddr: freeAddr(), pprofAddr: freeAddr()}
 	c.args = []string{"--kubeconfig", kubeconfig, "--leader-elect=true", "--leader-election-namespace", controllerNamespace,
@@ -105,6 +105,9 @@ func newControllerProcess(bin, kubeconfig, logPath string, grace, eviction time.
 		// The harness scrapes the loopback in plain HTTP; a cluster's controller serves metrics
 		// authenticated (the default).
 		"--metrics-secure=false"}
+	if evictionRate > 0 {
+		c.args = append(c.args, "--node-eviction-rate", strconv.FormatFloat(evictionRate, 'g', -1, 64))
+	}
 	return c
 }
 

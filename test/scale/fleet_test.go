@@ -62,6 +62,9 @@ type fleetScenario struct {
 	// LeaseDuration and StatusInterval are the agents'; Grace and Eviction the controller's
 	// node grace period and eviction timeout.
 	LeaseDuration, StatusInterval, Grace, Eviction time.Duration
+	// EvictionRate is the controller's --node-eviction-rate (lost nodes a second whose
+	// placements are forced away); zero keeps the controller's default.
+	EvictionRate float64
 	// Steady is how long the steady state is measured.
 	Steady time.Duration
 	// Storms runs the three storms after the rollout.
@@ -137,7 +140,7 @@ func startFleet(ctx context.Context, sc fleetScenario) (f *fleet, err error) {
 	if err := controllerKubeconfig(ctx, f.cp, kubeconfig); err != nil {
 		return f, err
 	}
-	f.ctrl = newControllerProcess(bin, kubeconfig, filepath.Join(sc.Dir, "controller.log"), sc.Grace, sc.Eviction)
+	f.ctrl = newControllerProcess(bin, kubeconfig, filepath.Join(sc.Dir, "controller.log"), sc.Grace, sc.Eviction, sc.EvictionRate)
 	if err := f.ctrl.start(); err != nil {
 		return f, err
 	}

@@ -24,9 +24,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
 )
 
 // runFleet runs a scenario: the fleet, the rollout, the checks, the steady state and the storms.
@@ -57,6 +60,10 @@ func runFleet(tb testing.TB, sc fleetScenario) *report {
 	}
 	rep.Config.SimScale, rep.Config.LeaseSeconds, rep.Config.StatusSeconds = sc.SimScale, sc.LeaseDuration.Seconds(), sc.StatusInterval.Seconds()
 	rep.Config.GraceSeconds, rep.Config.EvictSeconds, rep.Config.ControllerSeen = sc.Grace.Seconds(), sc.Eviction.Seconds(), controllerUser
+	rep.Config.EvictionRate = sc.EvictionRate
+	if rep.Config.EvictionRate <= 0 {
+		rep.Config.EvictionRate = lifecycle.DefaultEvictionRate
+	}
 
 	if err := f.rollout(ctx, rep); err != nil {
 		tb.Fatal(err)
@@ -159,6 +166,12 @@ func BenchmarkHollowFleet(b *testing.B) {
 	sc := fleetScenario{Nodes: env("SCALE_NODES", 100), Lanes: env("SCALE_LANES", 500), SimScale: 0.05,
 		LeaseDuration: 30 * time.Second, StatusInterval: time.Second, Grace: 40 * time.Second, Eviction: 5 * time.Minute,
 		Steady: time.Minute, Storms: os.Getenv("SCALE_STORMS") != "0", Dir: dir, Profile: profiles, Report: reportPath, Progress: os.Stdout}
+	if rate, err := strconv.ParseFloat(os.Getenv("SCALE_EVICTION_RATE"), 64); err == nil && rate > 0 {
+		// The controller's default (one lost node every 10 s, as the kubelet's node lifecycle
+		// controller) re-places a tenth of a thousand Macs in no less than 990 s after the
+		// eviction timeout: a fleet that size raises it.
+		sc.EvictionRate = rate
+	}
 	b.ResetTimer()
 	rep := runFleet(b, sc)
 	b.StopTimer()
@@ -183,6 +196,10 @@ func printReport(w io.Writer, rep *report) {
 	fmt.Fprintf(w, "controller: %.1f CPU s, peak RSS %.0f MiB; API server %.1f CPU s, %.0f MiB; etcd %.1f CPU s; hollow fleet %.1f CPU s, %.0f MiB\n",
 		rep.Controller.CPUSeconds, float64(rep.Controller.PeakRSSBytes)/(1<<20), rep.APIServer.CPUSeconds, float64(rep.APIServer.PeakRSSBytes)/(1<<20),
 		rep.Etcd.CPUSeconds, rep.Hollow.CPUSeconds, float64(rep.Hollow.PeakRSSBytes)/(1<<20))
+	if len(rep.Storms) > 0 {
+		fmt.Fprintf(w, "storms: node grace period %.0fs, eviction timeout %.0fs, eviction rate %g nodes/s\n",
+			rep.Config.GraceSeconds, rep.Config.EvictSeconds, rep.Config.EvictionRate)
+	}
 	for _, s := range rep.Storms {
 		fmt.Fprintf(w, "storm %q: re-placed %.1fs, reconverged %.1fs, %.0f API writes (%.0f over the steady rate), controller writes %v\n",
 			s.Name, s.ReplacedSeconds, s.ReconvergeSeconds, s.APIWrites, s.ExtraAPIWrites, s.ControllerWrites)

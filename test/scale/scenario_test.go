@@ -284,6 +284,7 @@ type report struct {
 		StatusSeconds  float64 `json:"statusIntervalSeconds"`
 		GraceSeconds   float64 `json:"nodeGracePeriodSeconds"`
 		EvictSeconds   float64 `json:"nodeEvictionTimeoutSeconds"`
+		EvictionRate   float64 `json:"nodeEvictionRate"`
 		ControllerSeen string  `json:"controllerUser"`
 	} `json:"config"`
 }

@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
 )
 
 // settled reports whether the fleet is as it should be with dead Macs gone: every lane placed on
@@ -75,7 +77,12 @@ func (f *fleet) stormKill(ctx context.Context, rep *report, dead map[string]bool
 	}
 	wg.Wait()
 	f.logf("killed %d Macs", len(dead))
-	limit := f.sc.Grace + f.sc.Eviction + 10*time.Minute
+	// The controller forces lost nodes' placements away at most EvictionRate nodes a second.
+	rate := f.sc.EvictionRate
+	if rate <= 0 {
+		rate = lifecycle.DefaultEvictionRate
+	}
+	limit := f.sc.Grace + f.sc.Eviction + time.Duration(float64(len(dead))/rate*float64(time.Second)) + 10*time.Minute
 	err = f.waitFor(ctx, "the dead Macs' lanes placed elsewhere", limit, func() (bool, string) {
 		st, err := f.state()
 		if err != nil {
