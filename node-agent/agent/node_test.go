@@ -23,6 +23,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -144,5 +145,58 @@ func TestTheNodesProgressIsCoalescedLongerThanItsConditions(t *testing.T) {
 	a.statusPass(ctx, last)
 	if !meta.IsStatusConditionTrue(node().Status.Conditions, v1.NodeConditionPaused) {
 		t.Fatalf("a pause was not written within %s", a.cfg.StatusInterval)
+	}
+}
+
+// The agent reads its MacNode from the informer's cache, which may not yet show a condition the
+// controller has just written (AddressAllowed). Its status patch replaces the conditions list
+// whole, so it must fail on the stale copy rather than erase the controller's condition; the
+// next pass, on a fresh copy, writes and keeps it.
+func TestTheNodeStatusNeverErasesAConditionWrittenSinceTheCachedCopy(t *testing.T) {
+	a, clk, _ := newTestAgent(t)
+	ctx := context.Background()
+	last := map[string]time.Time{}
+	a.statusPass(ctx, last)
+	stale := &v1.MacNode{}
+	if err := a.kube.Get(ctx, client.ObjectKey{Name: "mac-1"}, stale); err != nil {
+		t.Fatal(err)
+	}
+	fresh := stale.DeepCopy()
+	meta.SetStatusCondition(&fresh.Status.Conditions, metav1.Condition{Type: v1.NodeConditionAddressAllowed, Status: metav1.ConditionTrue,
+		Reason: v1.NodeReasonAddressAllowed, Message: "written by the controller"})
+	if err := a.kube.Status().Patch(ctx, fresh, client.MergeFromWithOptions(stale, client.MergeFromWithOptimisticLock{})); err != nil {
+		t.Fatal(err)
+	}
+
+	real := a.kube
+	staleReads := 1
+	a.kube = interceptor.NewClient(real.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if n, ok := obj.(*v1.MacNode); ok && staleReads > 0 {
+				staleReads--
+				stale.DeepCopyInto(n)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	a.mu.Lock()
+	a.paused = true
+	a.mu.Unlock()
+	clk.Step(a.cfg.StatusInterval)
+	if n := a.statusPass(ctx, last); n != 0 {
+		t.Errorf("a pass on a stale copy wrote %d objects", n)
+	}
+	clk.Step(a.cfg.StatusInterval)
+	a.statusPass(ctx, last)
+	got := &v1.MacNode{}
+	if err := real.Get(ctx, client.ObjectKey{Name: "mac-1"}, got); err != nil {
+		t.Fatal(err)
+	}
+	if meta.FindStatusCondition(got.Status.Conditions, v1.NodeConditionAddressAllowed) == nil {
+		t.Errorf("the agent erased the controller's AddressAllowed condition: %+v", got.Status.Conditions)
+	}
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, v1.NodeConditionPaused) {
+		t.Errorf("the pause was not written on the fresh copy: %+v", got.Status.Conditions)
 	}
 }

@@ -365,7 +365,11 @@ func (a *Agent) writeNodeStatus(ctx context.Context, progressDue bool) (bool, er
 	if equality.Semantic.DeepEqual(stored.Status, node.Status) || (!progressDue && progressOnly(stored.Status, node.Status)) {
 		return false, nil
 	}
-	return true, a.kube.Status().Patch(ctx, node, client.MergeFrom(stored))
+	// The node comes from the informer's cache, which may not show a condition the controller
+	// wrote since (AddressAllowed), and a merge patch replaces the conditions list whole: the
+	// resourceVersion makes a stale copy fail with a conflict instead of erasing it, and the next
+	// pass writes on a fresh one.
+	return true, a.kube.Status().Patch(ctx, node, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
 }
 
 func capitalise(s string) string {
