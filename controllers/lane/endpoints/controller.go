@@ -42,9 +42,12 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
@@ -109,9 +112,19 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&discoveryv1.EndpointSlice{}).
 		Watches(&v1.LanePlacement{}, laneOf).
-		Watches(&v1.MacNode{}, lanesOnNode).
+		Watches(&v1.MacNode{}, lanesOnNode, builder.WithPredicates(ServingChanges)).
 		Complete(c)
 }
+
+// ServingChanges passes a MacNode event only if it changes what the lanes' EndpointSlices are
+// made of: the node's addresses or serving port. The agents' progress reports (every few
+// seconds from every Mac) would otherwise reconcile every lane on the node each time.
+var ServingChanges = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	old, ok1 := e.ObjectOld.(*v1.MacNode)
+	cur, ok2 := e.ObjectNew.(*v1.MacNode)
+	return !ok1 || !ok2 || old.Status.ServingPort != cur.Status.ServingPort ||
+		!equality.Semantic.DeepEqual(old.Status.Addresses, cur.Status.Addresses)
+}}
 
 // Reconcile writes one lane's Service and EndpointSlices, and its ServiceReady condition.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
