@@ -45,8 +45,11 @@ type Request struct {
 	Cached bool
 	// Deadline is the request's absolute deadline; zero means none.
 	Deadline time.Time
-	// Bound is the request's admission bound (at most 600 s).
+	// Bound is the request's admission bound (at most 600 s), counted from Since.
 	Bound time.Duration
+	// Since is when the request began to wait; zero means now. A request the supervisor routes
+	// again (after a handoff window closed, say) keeps its first wait's bound.
+	Since time.Time
 }
 
 // Answer is the queue's answer to a Request.
@@ -89,8 +92,13 @@ func refuse(now time.Time, j *Job, t Ticket, w waiter, ready time.Time) Refusal 
 		DeadlineExceeded: !w.deadline.IsZero() && !now.Before(w.deadline)}
 }
 
+// JobID names a job for its whole life: an admission's outcome names the job it finishes, so
+// an outcome that arrives late never frees the gate or a reservation of another job.
+type JobID uint64
+
 // Job is one shape admission, queued or running. Requests for the same (owner, shape) join it.
 type Job struct {
+	ID         JobID
 	Owner      string
 	Shape      Shape
 	Layers     int
@@ -103,7 +111,13 @@ type Job struct {
 	// Recycled is set on a job put back because its worker asked to be replaced before its
 	// compile limit; a replacement that asks again refuses it.
 	Recycled bool
+	// Background is set on an admission no request asked for (prewarm). Requests may still join
+	// it while it runs.
+	Background bool
 
+	// parked: the job waits at the head of the queue for an eviction it asked for to be
+	// acknowledged (its admission was refused for resources); it is elected once unparked.
+	parked  bool
 	waiters map[Ticket]waiter
 	// The last promise made to a request, accepted or refused: the delay and when it was
 	// made. A job nobody waits for is dropped after twice that delay.
@@ -126,17 +140,30 @@ func (j *Job) Waiters() []Ticket {
 
 func (j *Job) dropAt() time.Time { return j.promisedAt.Add(2 * j.promised) }
 
+// DropAt is when the job is dropped if nobody waits for it: twice the delay last promised after
+// the promise was made.
+func (j *Job) DropAt() time.Time { return j.dropAt() }
+
+// HasWaiter reports whether ticket t waits for j.
+func (j *Job) HasWaiter(t Ticket) bool {
+	_, ok := j.waiters[t]
+	return ok
+}
+
 // Queue is the machine-wide compile queue. It is not safe for concurrent use: one scheduler
 // goroutine owns it.
 type Queue struct {
-	costs     *CostModel
-	queued    []*Job // in start order
+	costs  *CostModel
+	queued []*Job // in start order
+	// running is the compile gate: the one admission that may be on the device. It is the only
+	// record of the gate; Finish names the job it frees.
 	running   *Job
 	startedAt time.Time
 	// failed: the running admission failed but still holds the gate (until its worker's exit
 	// is confirmed); new requests for its shape queue a new job instead of joining it.
 	failed     bool
 	recovering map[string]bool
+	lastID     JobID
 }
 
 // New returns an empty queue predicting with costs.
@@ -181,16 +208,16 @@ func (q *Queue) Find(owner string, shape Shape) *Job {
 func (q *Queue) Submit(now time.Time, r Request) Answer {
 	j := q.Find(r.Owner, r.Shape)
 	if j == nil {
-		j = &Job{
-			Owner: r.Owner, Shape: r.Shape, Layers: r.Layers, Arrival: now,
-			Prediction: q.costs.Predict(r.Shape, r.Layers, r.Cached),
-			waiters:    map[Ticket]waiter{},
-		}
+		j = q.newJob(now, r.Owner, r.Shape, r.Layers, r.Cached)
 		q.insert(now, j)
 	}
 	ready := q.ReadyAt(now, j)
 	j.promised, j.promisedAt = ready.Sub(now), now
-	w := waiter{deadline: r.Deadline, boundAt: now.Add(r.Bound)}
+	since := r.Since
+	if since.IsZero() || since.After(now) {
+		since = now
+	}
+	w := waiter{deadline: r.Deadline, boundAt: since.Add(r.Bound)}
 	if ready.After(w.limit()) {
 		return Answer{ReadyAt: ready, RetryAfter: ready.Sub(now)}
 	}
@@ -198,11 +225,20 @@ func (q *Queue) Submit(now time.Time, r Request) Answer {
 	return Answer{Accepted: true, ReadyAt: ready}
 }
 
+func (q *Queue) newJob(now time.Time, owner string, shape Shape, layers int, cached bool) *Job {
+	q.lastID++
+	return &Job{ID: q.lastID, Owner: owner, Shape: shape, Layers: layers, Arrival: now,
+		Prediction: q.costs.Predict(shape, layers, cached), waiters: map[Ticket]waiter{}}
+}
+
 // insert places a new job by its start key, but never ahead of a queued job if that would make
 // one of the queued job's accepted requests miss its limit.
 func (q *Queue) insert(now time.Time, j *Job) {
 	pos := len(q.queued)
 	for i, other := range q.queued {
+		if other.parked {
+			continue // a parked retry keeps its place at the head
+		}
 		if j.StartKey().Before(other.StartKey()) {
 			pos = i
 			break
@@ -255,8 +291,9 @@ func (q *Queue) ReadyAt(now time.Time, j *Job) time.Time {
 
 // Elect returns the job to start now, or nil and when to look again (zero: not until
 // something changes). Only the head of the queue is elected, once its StartHold has passed,
-// and only while no job runs. Before the head starts, its waiters that it cannot serve in
-// time are refused, so nothing is evicted or dispatched for a request that would give up.
+// and only while no job runs; a parked head waits for its eviction. Before the head starts, its
+// waiters that it cannot serve in time are refused, so nothing is evicted or dispatched for a
+// request that would give up.
 func (q *Queue) Elect(now time.Time) (*Job, []Refusal, time.Time) {
 	if q.running != nil {
 		return nil, nil, time.Time{}
@@ -264,6 +301,9 @@ func (q *Queue) Elect(now time.Time) (*Job, []Refusal, time.Time) {
 	for _, j := range q.queued {
 		if q.recovering[j.Owner] {
 			continue
+		}
+		if j.parked {
+			return nil, nil, time.Time{}
 		}
 		if hold := j.Arrival.Add(StartHold); now.Before(hold) {
 			return nil, nil, hold
@@ -299,7 +339,7 @@ func (q *Queue) CheckHead(now time.Time, j *Job) []Refusal {
 	return refused
 }
 
-// Drop removes a queued job (its worker refused or failed it) and returns its waiters.
+// Drop removes a queued job and returns its waiters.
 func (q *Queue) Drop(j *Job) []Ticket {
 	q.queued = slices.DeleteFunc(q.queued, func(o *Job) bool { return o == j })
 	return j.Waiters()
@@ -309,23 +349,32 @@ func (q *Queue) Drop(j *Job) []Ticket {
 // and returns its running job. Callers check that the gate is free and nothing is queued:
 // background work runs only when no request waits.
 func (q *Queue) StartBackground(now time.Time, owner string, shape Shape, layers int, cached bool) *Job {
-	j := &Job{Owner: owner, Shape: shape, Layers: layers, Arrival: now,
-		Prediction: q.costs.Predict(shape, layers, cached), waiters: map[Ticket]waiter{}}
+	j := q.newJob(now, owner, shape, layers, cached)
+	j.Background = true
 	q.running, q.startedAt, q.failed = j, now, false
 	return j
 }
 
-// Retry puts a job the device refused for resources back at the head of the queue, with its
-// waiters, after the supervisor has evicted to make room. It is retried once.
-func (q *Queue) Retry(j *Job) {
-	j.Retried = true
+// Park puts a job the device refused for resources back at the head of the queue, with its
+// waiters, while the eviction it asked for is acknowledged: requests for its shape keep joining
+// it, nothing else is elected ahead of it, and it is retried once Unpark is called. It is
+// retried once: Retried is set, and its duration is never learned.
+func (q *Queue) Park(j *Job) {
+	j.Retried, j.parked, j.Background = true, true, false
 	q.queued = slices.Insert(q.queued, 0, j)
 }
+
+// Unpark lets a parked job be elected again (its eviction was acknowledged, refused or ended
+// with its worker).
+func (q *Queue) Unpark(j *Job) { j.parked = false }
+
+// Parked reports whether j waits for its eviction.
+func (j *Job) Parked() bool { return j.parked }
 
 // Recycle puts a job whose worker asked to be replaced back at the head of the queue, with its
 // waiters: the owner is recovering, so it is elected again once the replacement runs.
 func (q *Queue) Recycle(j *Job) {
-	j.Recycled = true
+	j.Recycled, j.Background = true, false
 	q.queued = slices.Insert(q.queued, 0, j)
 }
 
@@ -335,12 +384,30 @@ func (q *Queue) Start(now time.Time, j *Job) {
 	q.running, q.startedAt, q.failed = j, now, false
 }
 
-// Finish frees the compile gate. The supervisor calls it when the admission answered, or, for a
-// failed one, once the old worker's exit is confirmed.
-func (q *Queue) Finish() { q.running, q.failed = nil, false }
+// Finish frees the compile gate if j holds it, and reports whether it did. The supervisor calls
+// it when j's admission answered or, for a failed one, once the old worker's exit is confirmed
+// or its hold expired: whichever comes second finds the gate already freed (or held by a later
+// job) and changes nothing.
+func (q *Queue) Finish(j *Job) bool {
+	if j == nil || q.running != j {
+		return false
+	}
+	q.running, q.failed = nil, false
+	return true
+}
 
-// Fail marks the running admission failed: it keeps the gate, but nothing joins it any more.
-func (q *Queue) Fail() { q.failed = true }
+// Fail marks j, the running admission, failed: it keeps the gate, but nothing joins it any more.
+func (q *Queue) Fail(j *Job) {
+	if q.running == j {
+		q.failed = true
+	}
+}
+
+// Failed reports whether the running admission failed and only holds the gate.
+func (q *Queue) Failed() bool { return q.running != nil && q.failed }
+
+// Queues reports whether j is queued (not running, not dropped).
+func (q *Queue) Queues(j *Job) bool { return slices.Contains(q.queued, j) }
 
 // Reprice turns a running admission predicted as a load into a compile once it has run past
 // twice its prediction plus a second: aned is evidently compiling it. It reports whether it

@@ -17,6 +17,7 @@ limitations under the License.
 package compilequeue
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -66,7 +67,7 @@ func TestCompilesRequestedTogetherStartCheapestFirst(t *testing.T) {
 		j := electAndRun(t, q, now)
 		order = append(order, j.Shape.Rung)
 		now = now.Add(j.Prediction.Cost)
-		q.Finish()
+		q.Finish(j)
 	}
 	if want := []int{128, 2048, 4096}; !equalInts(order, want) {
 		t.Fatalf("started %v, want %v", order, want)
@@ -100,11 +101,12 @@ func TestAWideCompileIsPassedOnlyByCompilesThatArriveLessThanItsCostAfterIt(t *t
 			mustAccept(t, q.Submit(t0, req(1, 4096)))
 			// Something else holds the gate meanwhile.
 			q.Submit(t0, Request{Ticket: 9, Owner: "w2", Shape: Shape{"qwen3", 8192}, Layers: 28, Bound: bound})
-			q.Start(t0, q.Find("w2", Shape{"qwen3", 8192}))
+			other := q.Find("w2", Shape{"qwen3", 8192})
+			q.Start(t0, other)
 			small := req(2, 128)
 			small.Bound = 2 * time.Hour
 			q.Submit(t0.Add(tc.after), small)
-			q.Finish()
+			q.Finish(other)
 			j, _, _ := q.Elect(t0.Add(tc.after + time.Second))
 			if j == nil || j.Shape.Rung != tc.wantFirst {
 				t.Fatalf("elected %+v, want rung %d first", j, tc.wantFirst)
@@ -117,11 +119,11 @@ func TestAtMostOneCompileRunsAtATime(t *testing.T) {
 	q := New(NewCostModel())
 	mustAccept(t, q.Submit(t0, req(1, 128)))
 	mustAccept(t, q.Submit(t0, req(2, 256)))
-	electAndRun(t, q, t0.Add(StartHold))
+	first := electAndRun(t, q, t0.Add(StartHold))
 	if j, _, _ := q.Elect(t0.Add(time.Hour)); j != nil {
 		t.Fatalf("elected %v while another compile holds the gate", j.Shape)
 	}
-	q.Finish()
+	q.Finish(first)
 	if j, _, _ := q.Elect(t0.Add(time.Hour)); j == nil {
 		t.Fatal("nothing elected after the gate was freed")
 	}
@@ -244,7 +246,7 @@ func TestARecoveringWorkersQueuedCompilesAreNotElected(t *testing.T) {
 		t.Fatalf("elected %+v, want w2's compile", j)
 	}
 	q.Start(t0.Add(StartHold), j)
-	q.Finish()
+	q.Finish(j)
 	q.SetRecovering("w1", false)
 	if j, _, _ := q.Elect(t0.Add(time.Minute)); j == nil || j.Owner != "w1" {
 		t.Fatalf("elected %+v after recovery, want w1's compile", j)
@@ -325,7 +327,7 @@ func TestARequestNeverJoinsAFailedAdmissionThatStillHoldsTheGate(t *testing.T) {
 	q := New(NewCostModel())
 	mustAccept(t, q.Submit(t0, req(1, 128)))
 	failed := electAndRun(t, q, t0.Add(StartHold))
-	q.Fail() // its worker's exit is not confirmed yet
+	q.Fail(failed) // its worker's exit is not confirmed yet
 	mustAccept(t, q.Submit(t0.Add(time.Second), req(2, 128)))
 	if j := q.Find("w1", Shape{"gte", 128}); j == nil || j == failed {
 		t.Fatal("the retry joined the failed admission")
@@ -333,8 +335,50 @@ func TestARequestNeverJoinsAFailedAdmissionThatStillHoldsTheGate(t *testing.T) {
 	if j, _, _ := q.Elect(t0.Add(time.Minute)); j != nil {
 		t.Fatal("a new admission started while the failed one holds the gate")
 	}
-	q.Finish()
+	q.Finish(failed)
 	if j, _, _ := q.Elect(t0.Add(time.Minute)); j == nil || j.Waiters()[0] != 2 {
 		t.Fatal("the retry's admission did not start once the gate was freed")
+	}
+}
+
+func TestFinishFreesTheGateOnlyForTheJobThatHoldsIt(t *testing.T) {
+	q := New(NewCostModel())
+	mustAccept(t, q.Submit(t0, req(1, 128)))
+	first := electAndRun(t, q, t0.Add(StartHold))
+	q.Fail(first)
+	if !q.Finish(first) {
+		t.Fatal("the job holding the gate did not free it")
+	}
+	mustAccept(t, q.Submit(t0.Add(time.Second), req(2, 256)))
+	second := electAndRun(t, q, t0.Add(time.Minute))
+	// The first job's second release (say, its worker's exit confirmed after its hold expired)
+	// must not free the gate the second job now holds.
+	if q.Finish(first) || q.Running() != second {
+		t.Fatal("a stale Finish freed the gate of the job that runs now")
+	}
+	mustAccept(t, q.Submit(t0.Add(time.Minute), req(3, 512)))
+	if j, _, _ := q.Elect(t0.Add(time.Hour)); j != nil {
+		t.Fatalf("elected %v while the second job holds the gate", j.Shape)
+	}
+}
+
+func TestAParkedHeadKeepsItsPlaceAndItsJoinersUntilUnparked(t *testing.T) {
+	q := New(NewCostModel())
+	mustAccept(t, q.Submit(t0, req(1, 256)))
+	j := electAndRun(t, q, t0.Add(StartHold))
+	q.Finish(j)
+	q.Park(j)
+	mustAccept(t, q.Submit(t0.Add(time.Second), req(2, 128)))
+	// A request for the parked job's shape joins it rather than making a second job.
+	mustAccept(t, q.Submit(t0.Add(time.Second), req(3, 256)))
+	if got := q.Find("w1", Shape{"gte", 256}); got != j || !slices.Equal(j.Waiters(), []Ticket{1, 3}) {
+		t.Fatalf("the request did not join the parked job: %+v", got)
+	}
+	if e, _, _ := q.Elect(t0.Add(time.Minute)); e != nil {
+		t.Fatalf("elected %v while the head is parked", e.Shape)
+	}
+	q.Unpark(j)
+	if e, _, _ := q.Elect(t0.Add(time.Minute)); e != j || !e.Retried {
+		t.Fatalf("elected %+v, want the unparked retry", e)
 	}
 }

@@ -101,7 +101,7 @@ func replay(jobs []traceJob) []time.Duration {
 		if running != nil && !runningEnd.After(now) {
 			i := index[running.Owner]
 			flow[i] = now.Sub(t0.Add(jobs[i].arrival))
-			q.Finish()
+			q.Finish(running)
 			running = nil
 		}
 		for next < len(jobs) && !t0.Add(jobs[next].arrival).After(now) {

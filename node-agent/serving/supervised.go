@@ -33,5 +33,5 @@ func (a supervised) Acquire(ctx context.Context, lane string, rung int, deadline
 	if err != nil {
 		return nil, err // never a typed nil inside the interface
 	}
-	return l, nil
+	return &l, nil
 }

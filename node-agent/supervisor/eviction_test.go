@@ -18,6 +18,7 @@ package supervisor
 
 import (
 	"context"
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 	"slices"
 	"testing"
 	"time"
@@ -53,7 +54,7 @@ func TestEvictionPrefersAnIdleStreamAndEvictsBeforeTheLongCompileEnds(t *testing
 	// A long compile on a keeps a's stream busy and fills the budget.
 	long := h.acquire("a", 1024)
 	h.admitWaiting()
-	eventually(t, "a/1024 is compiling", h.state(func(s *Supervisor) bool { return s.queue.Running() != nil }))
+	eventually(t, "a/1024 is compiling", h.state(func(i residency.Inspection) bool { return i.Running != nil }))
 	compileEnds := h.clk.Now().Add(300 * time.Second)
 
 	// The next head needs 22 executables: the idle stream's shape goes, right away.
@@ -65,8 +66,8 @@ func TestEvictionPrefersAnIdleStreamAndEvictsBeforeTheLongCompileEnds(t *testing
 	if at := h.spawner.worker(t, "c", 1).evictedAt[128]; !at.Before(compileEnds) {
 		t.Fatalf("the eviction was acknowledged at %v, not before the long compile ends at %v", at, compileEnds)
 	}
-	eventually(t, "the eviction was refunded while the compile runs", h.state(func(s *Supervisor) bool {
-		return s.used == 44 && s.queue.Running() != nil
+	eventually(t, "the eviction was refunded while the compile runs", h.state(func(i residency.Inspection) bool {
+		return i.Used == 44 && i.Running != nil
 	}))
 
 	// The head's admission starts as soon as the gate frees.
@@ -106,7 +107,7 @@ func TestEvictionUsesABusyStreamWhenItIsTheOnlyOption(t *testing.T) {
 	// b needs 22: a/128 is leased, so a/256 on the busy stream is the only candidate.
 	head := h.acquire("b", 128)
 	h.admitWaiting()
-	eventually(t, "a/256 is being evicted", h.state(func(s *Supervisor) bool { return s.models["a"].shapes[256].state == evicting }))
+	eventually(t, "a/256 is being evicted", h.state(func(i residency.Inspection) bool { sh, _ := i.Shape("a", 256); return sh.State == "evicting" }))
 
 	// The release waits for the stream; nothing is refunded early and the head waits.
 	if got := h.s.Used(); got != 44 {
@@ -142,7 +143,7 @@ func TestALeasedShapeIsNeverEvicted(t *testing.T) {
 	l := h.resident("a", 128)
 	head := h.acquire("b", 128)
 	h.admitWaiting()
-	eventually(t, "b/128 is a starved head", h.state(func(s *Supervisor) bool { return s.starved }))
+	eventually(t, "b/128 is a starved head", h.state(func(i residency.Inspection) bool { return i.Starved }))
 	if slices.Contains(h.spawner.worker(t, "a", 1).Calls(), "evict 128") || !pending(head) {
 		t.Fatal("a leased shape was evicted")
 	}

@@ -28,6 +28,8 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/onsi/gomega"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
 // errBrokenPipe stands for an I/O fault on a worker's stream.
@@ -357,7 +359,11 @@ func (h *harness) acquire(lane string, rung int) <-chan acquired {
 	out := make(chan acquired, 1)
 	go func() {
 		l, err := h.s.Acquire(h.ctx, lane, rung, time.Time{})
-		out <- acquired{l, err}
+		if err != nil {
+			out <- acquired{nil, err}
+			return
+		}
+		out <- acquired{&l, nil}
 	}()
 	return out
 }
@@ -392,39 +398,38 @@ func (h *harness) got(c <-chan acquired) acquired {
 // pending reports whether a request is still unanswered.
 func pending(c <-chan acquired) bool { return len(c) == 0 }
 
-// state reads supervisor state under its lock.
-func (h *harness) state(f func(s *Supervisor) bool) func() bool {
-	return func() bool {
-		h.s.mu.Lock()
-		defer h.s.mu.Unlock()
-		return f(h.s)
+// inspection copies the core's state on the owner goroutine, between two steps.
+func (h *harness) inspection() residency.Inspection {
+	h.t.Helper()
+	c := make(chan residency.Inspection, 1)
+	select {
+	case h.s.in <- input{fn: func(core *residency.Core) { c <- core.Inspect() }}:
+	case <-h.s.done:
+		h.t.Fatal("the supervisor stopped")
 	}
+	return <-c
+}
+
+// state returns a condition on the core's state, for eventually.
+func (h *harness) state(f func(i residency.Inspection) bool) func() bool {
+	return func() bool { return f(h.inspection()) }
 }
 
 // admitWaiting waits until the compile queue holds a job, then steps past its start hold.
 func (h *harness) admitWaiting() {
 	h.t.Helper()
-	eventually(h.t, "a compile is queued", h.state(func(s *Supervisor) bool { return len(s.queue.Queued()) > 0 }))
+	eventually(h.t, "a compile is queued", h.state(func(i residency.Inspection) bool { return len(i.Queued) > 0 }))
 	h.step(50 * time.Millisecond)
 }
 
 // dump describes the supervisor's state, for failure messages.
-func (h *harness) dump() string {
-	h.s.mu.Lock()
-	defer h.s.mu.Unlock()
-	out := fmt.Sprintf("used=%d starved=%v blocked=%d waiting=%d incoming=%d", h.s.used, h.s.starved, len(h.s.blocked), len(h.s.waiting), len(h.s.incoming))
-	if r := h.s.queue.Running(); r != nil {
-		out += fmt.Sprintf(" running=%s/%d", r.Owner, r.Shape.Rung)
+func (h *harness) dump() string { return h.inspection().String() }
+
+// leases counts the leases held on lane's shapes.
+func leases(i residency.Inspection, lane string) int {
+	n := 0
+	for _, sh := range i.Models[lane].Shapes {
+		n += sh.Leases
 	}
-	for _, j := range h.s.queue.Queued() {
-		out += fmt.Sprintf(" queued=%s/%d(waiters %v)", j.Owner, j.Shape.Rung, j.Waiters())
-	}
-	for lane, m := range h.s.models {
-		out += fmt.Sprintf(" [%s gen=%d state=%d busy=%d", lane, m.gen, m.state, m.busy)
-		for r, sh := range m.shapes {
-			out += fmt.Sprintf(" %d:state=%d,leases=%d,cohort=%v", r, sh.state, sh.leases, sh.cohort != nil)
-		}
-		out += "]"
-	}
-	return out
+	return n
 }

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
 // starvedHeadSetup leaves budget 44 full: a/128 resident and leased (returned), b/128 admitting
@@ -43,18 +43,18 @@ func starvedHeadSetup(t *testing.T) (h *harness, leaseA *Lease, first <-chan acq
 	}
 	first = h.acquire("b", 128)
 	h.admitWaiting()
-	eventually(t, "b/128 is admitting", h.state(func(s *Supervisor) bool { return s.queue.Running() != nil }))
+	eventually(t, "b/128 is admitting", h.state(func(i residency.Inspection) bool { return i.Running != nil }))
 	return h, a.lease, first, nil
 }
 
 func TestJoinedAdmissionHandsOffBeforeAStarvedHeadAndExcludesNewcomers(t *testing.T) {
 	h, leaseA, first, _ := starvedHeadSetup(t)
 	joiner := h.acquire("b", 128)
-	eventually(t, "the joiner joined the running admission", h.state(func(s *Supervisor) bool {
-		return len(s.queue.Running().Waiters()) == 2
+	eventually(t, "the joiner joined the running admission", h.state(func(i residency.Inspection) bool {
+		return i.Running != nil && len(i.Running.Waiters) == 2
 	}))
 	head := h.acquire("a", 256)
-	eventually(t, "a/256 is a starved head", h.state(func(s *Supervisor) bool { return s.starved }))
+	eventually(t, "a/256 is a starved head", h.state(func(i residency.Inspection) bool { return i.Starved }))
 
 	h.step(10 * time.Second) // b/128's admission completes
 	f, j := h.got(first), h.got(joiner)
@@ -67,7 +67,7 @@ func TestJoinedAdmissionHandsOffBeforeAStarvedHeadAndExcludesNewcomers(t *testin
 
 	// A request arriving after completion cannot join the cohort: it yields to the head.
 	newcomer := h.acquire("b", 128)
-	eventually(t, "the newcomer is blocked behind the head", h.state(func(s *Supervisor) bool { return len(s.blocked) == 1 }))
+	eventually(t, "the newcomer is blocked behind the head", h.state(func(i residency.Inspection) bool { return i.Blocked == 1 }))
 	if !pending(newcomer) {
 		t.Fatal("a newcomer leased ahead of the starved head")
 	}
@@ -81,8 +81,8 @@ func TestJoinedAdmissionHandsOffBeforeAStarvedHeadAndExcludesNewcomers(t *testin
 		return slices.Contains(h.spawner.worker(t, "b", 1).Calls(), "evict 128")
 	})
 	h.spawner.worker(t, "b", 1).setAdmitCost(128, 0)
-	eventually(t, "the newcomer's admission is queued", h.state(func(s *Supervisor) bool {
-		return s.queue.Find("b", compilequeue.Shape{Model: "gte", Rung: 128}) != nil
+	eventually(t, "the newcomer's admission is queued", h.state(func(i residency.Inspection) bool {
+		return slices.ContainsFunc(i.Queued, func(j residency.JobInfo) bool { return j.Owner == "b" && j.Rung == 128 })
 	}))
 	h.step(50 * time.Millisecond)
 	n := h.got(newcomer)
@@ -103,15 +103,12 @@ func TestSuspendedJoinerHandoffExpiresWithoutAnExternalWakeup(t *testing.T) {
 	defer leaseA.Release()
 
 	// A joiner that will never come back for its lease: its answer sits unread.
-	h.s.mu.Lock()
-	h.s.ticket++
-	suspended := &waiter{ticket: h.s.ticket, m: h.s.models["b"], rung: 128, reply: make(chan grant, 1)}
-	h.s.incoming = append(h.s.incoming, suspended)
-	h.s.mu.Unlock()
-	h.s.wake()
-	eventually(t, "the suspended joiner joined", h.state(func(s *Supervisor) bool { return len(s.queue.Running().Waiters()) == 2 }))
+	ticket := residency.Ticket(h.s.tickets.Add(1))
+	suspended := &request{ticket: ticket, lane: "b", reply: make(chan residency.Answer, 1)}
+	h.s.in <- input{in: residency.Acquire{Ticket: ticket, Lane: "b", Rung: 128, Since: h.clk.Now()}, req: suspended}
+	eventually(t, "the suspended joiner joined", h.state(func(i residency.Inspection) bool { return i.Running != nil && len(i.Running.Waiters) == 2 }))
 	head := h.acquire("a", 256)
-	eventually(t, "a/256 is a starved head", h.state(func(s *Supervisor) bool { return s.starved }))
+	eventually(t, "a/256 is a starved head", h.state(func(i residency.Inspection) bool { return i.Starved }))
 
 	h.step(10 * time.Second)
 	completed := h.clk.Now()
@@ -120,14 +117,14 @@ func TestSuspendedJoinerHandoffExpiresWithoutAnExternalWakeup(t *testing.T) {
 		t.Fatal(f.err)
 	}
 	f.lease.Release()
-	if g := <-suspended.reply; !g.handoff {
+	if g := <-suspended.reply; !g.Handoff {
 		t.Fatalf("the suspended joiner was answered %+v, want a handoff", g)
 	}
 	// The cohort still protects b/128 for the suspended member.
-	eventually(t, "the release was seen", h.state(func(s *Supervisor) bool { return s.models["b"].shapes[128].leases == 0 }))
-	if !h.state(func(s *Supervisor) bool {
-		sh := s.models["b"].shapes[128]
-		return sh != nil && sh.state == resident && sh.cohort != nil
+	eventually(t, "the release was seen", h.state(func(i residency.Inspection) bool { sh, _ := i.Shape("b", 128); return sh.Leases == 0 }))
+	if !h.state(func(i residency.Inspection) bool {
+		sh, ok := i.Shape("b", 128)
+		return ok && sh.State == "resident" && sh.Cohort
 	})() {
 		t.Fatal("b/128 lost its handoff protection before the window closed")
 	}

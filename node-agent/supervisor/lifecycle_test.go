@@ -27,25 +27,36 @@ import (
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
 func TestRetirementBetweenPrecheckAndGrantLeavesNoPhantomReservation(t *testing.T) {
 	h := newHarness(t, 100)
+	exit := make(chan struct{})
+	h.spawner.configure = func(w *fakeWorker) { w.exitGate = exit }
 	h.load("a")
+	retired := make(chan error, 1)
 	var once sync.Once
+	// The request's fast path found nothing to lease; before its slow path reaches the owner,
+	// the lane starts retiring (its worker's exit is held, so it stays retiring).
 	h.s.testHookAfterPrecheck = func() {
 		once.Do(func() {
-			if err := h.s.Retire(h.ctx, "a"); err != nil {
-				t.Errorf("retire: %v", err)
-			}
+			go func() { retired <- h.s.Retire(h.ctx, "a") }()
+			eventually(t, "the lane is retiring", h.state(func(i residency.Inspection) bool { return i.Models["a"].State == "retiring" }))
 		})
 	}
 	_, err := h.s.Acquire(h.ctx, "a", 128, time.Time{})
 	if code := refusal.CodeOf(err); code != refusal.LaneRetired {
 		t.Fatalf("got %v, want lane_retired", err)
 	}
-	if used, q := h.s.Used(), h.state(func(s *Supervisor) bool { return s.queue.Len() == 0 && len(s.waiting) == 0 })(); used != 0 || !q {
-		t.Fatalf("a phantom reservation remains: used %d, queue empty %v", used, q)
+	if used, idle := h.s.Used(), h.state(func(i residency.Inspection) bool {
+		return i.Running == nil && len(i.Queued) == 0 && i.Waiting == 0
+	})(); used != 0 || !idle {
+		t.Fatalf("a phantom reservation remains: used %d, queue and waiters empty %v", used, idle)
+	}
+	close(exit)
+	if err := <-retired; err != nil {
+		t.Fatal(err)
 	}
 	if slices.Contains(h.spawner.worker(t, "a", 1).Calls(), "admit 128") {
 		t.Fatal("the retired lane's worker was asked to admit")
@@ -83,7 +94,7 @@ func TestRetirementDuringExitConfirmationNeverConnectsReplacement(t *testing.T) 
 
 		retired := make(chan error, 1)
 		go func() { retired <- h.s.Retire(h.ctx, "a") }()
-		eventually(t, "the lane is retiring", h.state(func(s *Supervisor) bool { return s.models["a"].state == retiring }))
+		eventually(t, "the lane is retiring", h.state(func(i residency.Inspection) bool { return i.Models["a"].State == "retiring" }))
 		// Unconfirmed exit: everything stays charged.
 		if used := h.s.Used(); used != 22 {
 			t.Fatalf("charged %d before the exit is confirmed, want 22", used)
@@ -109,11 +120,11 @@ func TestRetirementDuringExitConfirmationNeverConnectsReplacement(t *testing.T) 
 		h.spawner.gate = spawnGate
 		h.spawner.mu.Unlock()
 		h.faultAnExchange("a", 1)
-		eventually(t, "the replacement is starting", h.state(func(s *Supervisor) bool { return s.models["a"].spawning }))
+		eventually(t, "the replacement is starting", h.state(func(i residency.Inspection) bool { return i.Models["a"].Spawning }))
 
 		retired := make(chan error, 1)
 		go func() { retired <- h.s.Retire(h.ctx, "a") }()
-		eventually(t, "the lane is retiring", h.state(func(s *Supervisor) bool { return s.models["a"].state == retiring }))
+		eventually(t, "the lane is retiring", h.state(func(i residency.Inspection) bool { return i.Models["a"].State == "retiring" }))
 		close(spawnGate)
 		if err := <-retired; err != nil {
 			t.Fatal(err)
@@ -134,7 +145,7 @@ func TestRetirementDrainsInFlightWorkAndRefundsOnlyAfterExit(t *testing.T) {
 
 	retired := make(chan error, 1)
 	go func() { retired <- h.s.Retire(h.ctx, "a") }()
-	eventually(t, "the lane is retiring", h.state(func(s *Supervisor) bool { return s.models["a"].state == retiring }))
+	eventually(t, "the lane is retiring", h.state(func(i residency.Inspection) bool { return i.Models["a"].State == "retiring" }))
 	// No new leases, not even of a resident shape.
 	if _, err := h.s.Acquire(h.ctx, "a", 128, time.Time{}); refusal.CodeOf(err) != refusal.LaneRetired {
 		t.Fatalf("a new lease on a retiring lane: %v", err)
@@ -186,7 +197,7 @@ func TestOneFaultRestartsItsGenerationExactlyOnce(t *testing.T) {
 	}
 	l1.Release()
 	l2.Release()
-	eventually(t, "generation 2 is connected", h.state(func(s *Supervisor) bool { return s.models["a"].gen == 2 && s.models["a"].state == running }))
+	eventually(t, "generation 2 is connected", h.state(func(i residency.Inspection) bool { return i.Models["a"].Gen == 2 && i.Models["a"].State == "running" }))
 	if n := h.spawner.spawned("a"); n != 2 {
 		t.Fatalf("%d workers spawned, want the first and one replacement", n)
 	}
@@ -211,7 +222,7 @@ func TestAStaleFaultAfterRecoveryDoesNotRestartTheRestoredOwner(t *testing.T) {
 	if err := h.faultAnExchange("a", 1); err == nil {
 		t.Fatal("no fault")
 	}
-	eventually(t, "generation 2 is connected", h.state(func(s *Supervisor) bool { return s.models["a"].gen == 2 && s.models["a"].state == running }))
+	eventually(t, "generation 2 is connected", h.state(func(i residency.Inspection) bool { return i.Models["a"].Gen == 2 && i.Models["a"].State == "running" }))
 	stale.Release()
 	h.resident("a", 128).Release() // the restored owner serves
 	if n := h.spawner.spawned("a"); n != 2 {
@@ -287,7 +298,7 @@ func TestAnUnknownOutcomeHoldsTheCompileGateAtMost35SecondsAfterItsRestartBegan(
 	eventually(t, "the worker was killed after its exit grace", func() bool { return slices.Contains(h.spawner.worker(t, "a", 1).Calls(), "kill") })
 	almost := began.Add(UnknownOutcomeGateHold - time.Millisecond)
 	h.clk.Step(almost.Sub(h.clk.Now()))
-	if h.state(func(s *Supervisor) bool { return s.queue.Running() == nil || s.gateHold.IsZero() })() {
+	if h.state(func(i residency.Inspection) bool { return i.Running == nil || !i.Held })() {
 		t.Fatal("the gate was freed before 35 s")
 	}
 	h.clk.Step(time.Millisecond)
@@ -315,7 +326,7 @@ func TestAWorkerAnsweringAnAdmissionWithAnErrorFreesTheGateAtOnceWithoutRestart(
 	if a := h.got(ra); refusal.CodeOf(a.err) != refusal.ResourcesExhausted {
 		t.Fatalf("got %v, want ane_resources_exhausted", a.err)
 	}
-	if h.s.Used() != 0 || h.state(func(s *Supervisor) bool { return s.queue.Running() != nil })() {
+	if h.s.Used() != 0 || h.state(func(i residency.Inspection) bool { return i.Running != nil })() {
 		t.Fatal("the refused admission kept its budget or the gate")
 	}
 	if n := h.spawner.spawned("a"); n != 1 {
@@ -327,11 +338,11 @@ func TestIfTheSchedulerStopsEveryRequestIsAnsweredEngineCrashedWithTheLaneID(t *
 	h := newHarness(t, 100)
 	h.load("a")
 	waiting := h.acquire("a", 128)
-	eventually(t, "the request waits", h.state(func(s *Supervisor) bool { return len(s.waiting) == 1 }))
-	h.s.post(func(time.Time) { panic("scheduler bug") })
+	eventually(t, "the request waits", h.state(func(i residency.Inspection) bool { return i.Waiting == 1 }))
+	h.s.in <- input{fn: func(*residency.Core) { panic("scheduler bug") }}
 	for _, a := range []acquired{h.got(waiting), func() acquired {
 		l, err := h.s.Acquire(context.Background(), "a", 128, time.Time{})
-		return acquired{l, err}
+		return acquired{&l, err}
 	}()} {
 		var r *refusal.Error
 		if !errors.As(a.err, &r) || r.Code != refusal.EngineCrashed || r.Lane != "a" {
@@ -386,7 +397,7 @@ func TestADeadWorkerWhoseReplacementFailsToStartFailsEveryRequestBackendUnavaila
 	if err := h.faultAnExchange("a", 1); refusal.CodeOf(err) != refusal.EngineCrashed {
 		t.Fatalf("faulted exchange: %v", err)
 	}
-	eventually(t, "the replacement failed to start", h.state(func(s *Supervisor) bool { return s.models["a"].spawnFailures > 0 }))
+	eventually(t, "the replacement failed to start", h.state(func(i residency.Inspection) bool { return i.Models["a"].SpawnFailures > 0 }))
 
 	// Every request now fails at once, loudly; none waits for a worker that is not coming.
 	for range 3 {
@@ -423,7 +434,7 @@ func TestAWorkerThatAsksToBeReplacedHasItsAdmissionRunByTheReplacement(t *testin
 	c := h.acquire("a", 128)
 	h.admitWaiting()
 	// The request is not failed: it waits, with its admission, for the replacement.
-	eventually(t, "generation 2 runs", h.state(func(s *Supervisor) bool { return s.models["a"].gen == 2 && s.models["a"].state == running }))
+	eventually(t, "generation 2 runs", h.state(func(i residency.Inspection) bool { return i.Models["a"].Gen == 2 && i.Models["a"].State == "running" }))
 	for pending(c) {
 		h.step(50 * time.Millisecond)
 	}
@@ -452,7 +463,7 @@ func TestAnAdmissionIsRecycledOnceNotForEver(t *testing.T) {
 	h.load("a")
 	c := h.acquire("a", 128)
 	h.admitWaiting()
-	eventually(t, "generation 2 runs", h.state(func(s *Supervisor) bool { return s.models["a"].gen == 2 && s.models["a"].state == running }))
+	eventually(t, "generation 2 runs", h.state(func(i residency.Inspection) bool { return i.Models["a"].Gen == 2 && i.Models["a"].State == "running" }))
 	for pending(c) {
 		h.step(50 * time.Millisecond)
 	}

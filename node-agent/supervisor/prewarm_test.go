@@ -17,6 +17,7 @@ limitations under the License.
 package supervisor
 
 import (
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 	"slices"
 	"testing"
 	"time"
@@ -89,7 +90,7 @@ func TestARequestOutranksPrewarmAndWaitsOnlyForTheRunningPrewarmAdmission(t *tes
 	}
 	eventually(t, "a/128 is being prewarmed", func() bool { return len(admissions(h.spawner.worker(t, "a", 1))) == 1 })
 	req := h.acquire("b", 512)
-	eventually(t, "the request is queued", h.state(func(s *Supervisor) bool { return len(s.queue.Queued()) == 1 }))
+	eventually(t, "the request is queued", h.state(func(i residency.Inspection) bool { return len(i.Queued) == 1 }))
 	h.clk.Step(2 * time.Second) // the prewarm admission on the wire finishes first
 	h.step(50 * time.Millisecond)
 	if r := h.got(req); r.err != nil {
@@ -136,10 +137,7 @@ func TestRetirementCancelsTheRestOfPrewarm(t *testing.T) {
 	retired := make(chan error, 1)
 	go func() { retired <- h.s.Retire(h.ctx, "a") }()
 	eventually(t, "prewarm was cancelled", func() bool {
-		return h.state(func(s *Supervisor) bool {
-			m := s.models["a"]
-			return m != nil && m.prewarm != nil && m.prewarm.summary.State == "Cancelled"
-		})()
+		return h.prewarmState("a") == "Cancelled"
 	})
 	// The admission on the wire finishes first; nothing else is sent.
 	h.clk.Step(time.Second)

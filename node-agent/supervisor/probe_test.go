@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
 // judged records the placement probes the supervisor asks a lane's judge about.
@@ -112,7 +113,7 @@ func TestAShapeWhosePlacementProbeFailsServesNoRequest(t *testing.T) {
 		t.Fatalf("worker calls %v, want %v: nothing runs on the rejected shape", calls, want)
 	}
 	// The refused leases were given back: nothing holds the rejected shape.
-	eventually(t, "every lease is released", h.state(func(s *Supervisor) bool { return s.models["a"].leases() == 0 }))
+	eventually(t, "every lease is released", h.state(func(i residency.Inspection) bool { return leases(i, "a") == 0 }))
 }
 
 func TestConcurrentRequestsOnAnUnprobedShapeWaitForOneProbe(t *testing.T) {
@@ -129,9 +130,9 @@ func TestConcurrentRequestsOnAnUnprobedShapeWaitForOneProbe(t *testing.T) {
 	h.admitWaiting()
 	eventually(t, "the first request probes", func() bool { return slices.Contains(w.Calls(), "probe 128") })
 	second := h.acquire("a", 128)
-	eventually(t, "the second request waits for the probe", h.state(func(s *Supervisor) bool {
-		sh := s.models["a"].shapes[128]
-		return sh != nil && sh.leases == 3 // both requests and the probe's own lease
+	eventually(t, "the second request waits for the probe", h.state(func(i residency.Inspection) bool {
+		sh, _ := i.Shape("a", 128)
+		return i.Models["a"].ProbeWaiters == 2 && sh.Leases == 1 // the probe's own lease; both requests wait
 	}))
 	if !pending(first) || !pending(second) {
 		t.Fatal("a request was answered before the shape's probe ended")
@@ -173,7 +174,7 @@ func TestARequestThatGivesUpDoesNotAbandonTheProbe(t *testing.T) {
 	}
 	// The probe goes on without it, holding the shape, and its verdict stands.
 	close(hold)
-	eventually(t, "the probe passed", h.state(func(s *Supervisor) bool { return s.models["a"].shapes[128].probe.passed }))
+	eventually(t, "the probe passed", h.state(func(i residency.Inspection) bool { sh, _ := i.Shape("a", 128); return sh.Probed }))
 	l, err := h.s.Acquire(h.ctx, "a", 128, time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +183,7 @@ func TestARequestThatGivesUpDoesNotAbandonTheProbe(t *testing.T) {
 	if calls := w.Calls(); !slices.Equal(calls, []string{"admit 128", "probe 128"}) {
 		t.Fatalf("worker calls %v, want one probe", calls)
 	}
-	eventually(t, "every lease is released", h.state(func(s *Supervisor) bool { return s.models["a"].leases() == 0 }))
+	eventually(t, "every lease is released", h.state(func(i residency.Inspection) bool { return leases(i, "a") == 0 }))
 }
 
 func TestAProbeWhoseWorkerFaultsFailsItsRequestsAndTheReplacementProbesAfresh(t *testing.T) {
@@ -198,7 +199,7 @@ func TestAProbeWhoseWorkerFaultsFailsItsRequestsAndTheReplacementProbesAfresh(t 
 	if a := h.got(c); refusal.CodeOf(a.err) != refusal.EngineCrashed {
 		t.Fatalf("a request whose probe faulted: %v, want engine_crashed", a.err)
 	}
-	eventually(t, "generation 2 runs", h.state(func(s *Supervisor) bool { return s.models["a"].gen == 2 && s.models["a"].state == running }))
+	eventually(t, "generation 2 runs", h.state(func(i residency.Inspection) bool { return i.Models["a"].Gen == 2 && i.Models["a"].State == "running" }))
 	c = h.acquire("a", 128)
 	h.admitWaiting()
 	a := h.got(c)

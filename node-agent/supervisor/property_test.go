@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
 // leaseBook is the test's own record of held leases, which the fake workers consult: a worker
@@ -92,24 +93,11 @@ func (s overlapSpawner) Spawn(ctx context.Context, spec ModelSpec, gen int64) (W
 	return overlapWorker{w.(*fakeWorker), s.book}, cached, nil
 }
 
-// checkInvariants runs under the supervisor's lock.
+// checkInvariants runs the core's own checks on the owner goroutine, between two steps.
 func checkInvariants(s *Supervisor) error {
-	sum := 0
-	for _, m := range s.models {
-		for _, sh := range m.shapes {
-			sum += sh.charge
-			if sh.leases < 0 {
-				return fmt.Errorf("%s/%d has %d leases", m.spec.Lane, sh.rung, sh.leases)
-			}
-		}
-	}
-	if sum != s.used {
-		return fmt.Errorf("reservations %d differ from resident and pending executables %d", s.used, sum)
-	}
-	if s.used > s.budget {
-		return fmt.Errorf("reservations %d exceed the budget %d", s.used, s.budget)
-	}
-	return nil
+	c := make(chan error, 1)
+	s.in <- input{fn: func(core *residency.Core) { c <- core.CheckInvariants() }}
+	return <-c
 }
 
 // TestRandomisedResidencyKeepsItsInvariants drives many concurrent requests, admissions,
@@ -181,7 +169,7 @@ func randomisedRun(t *testing.T, seed uint64) coverage {
 			if i%17 == 0 {
 				rcancel() // a caller that gives up at once
 			}
-			var l *Lease
+			var l Lease
 			var err error
 			// A well-behaved client retries once after shape_compiling's retry time.
 			for attempt := range 2 {
@@ -271,10 +259,7 @@ func randomisedRun(t *testing.T, seed uint64) coverage {
 			return coverage{}
 		}
 		clk.Step(time.Duration(1+intn(200)) * time.Millisecond)
-		s.mu.Lock()
-		err := checkInvariants(s)
-		s.mu.Unlock()
-		if err != nil {
+		if err := checkInvariants(s); err != nil {
 			t.Fatal(err)
 		}
 		runtime.Gosched()

@@ -74,7 +74,7 @@ func TestIdenticalModelsInDistinctWorkersEachAdmitTheirOwnShape(t *testing.T) {
 	if used := h.s.Used(); used != 44 {
 		t.Fatalf("charged %d executables, want 22 for each worker's shape", used)
 	}
-	if la.lease.m == lb.lease.m || la.lease.stream == lb.lease.stream {
+	if la.lease.c == lb.lease.c || la.lease.c.Gen == lb.lease.c.Gen || streamOf(la.lease.c.Gen) == streamOf(lb.lease.c.Gen) {
 		t.Fatal("the two requests lease the same worker's shape")
 	}
 	la.lease.Release()

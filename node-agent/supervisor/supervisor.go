@@ -14,17 +14,12 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package supervisor is the direct-ANE residency supervisor and its compile scheduler.
-//
-// It keeps each loaded model's shapes resident on the Neural Engine within a machine-wide
-// budget of layer executables, leases resident shapes to requests, admits (compiles or loads)
-// missing ones through the machine-wide compile queue, evicts, hands a finished admission to
-// the requests that joined it, retires models and recovers faulted workers.
-//
-// One scheduler goroutine (Run) makes every decision: it elects the next admission, reserves
-// budget, evicts, answers waiting requests at their bounds, hands off, and drives recovery.
-// Requests lease resident shapes on a lock-only fast path or wait for its answer. Worker
-// calls run on their own goroutines and report back to it as events.
+// Package supervisor is the direct-ANE residency supervisor's runtime: the shell around the
+// pure core in package residency. One goroutine (Run) owns the core: it feeds it the callers'
+// requests and the outcomes of worker calls, publishes the view the core builds, and executes
+// the core's effects — worker calls on goroutines of their own that report back, answers on
+// the requests' reply channels. Requests lease resident shapes on a lock-free fast path over
+// the published view, or wait for the core's answer.
 package supervisor
 
 import (
@@ -33,45 +28,53 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
-	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
+	"github.com/ck-synapse/synapse-fleet/node-agent/certify"
 	"github.com/ck-synapse/synapse-fleet/node-agent/lanelock"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
 const (
-	// DefaultBudget is the machine-wide number of layer executables, pending admissions and
-	// evictions included.
-	DefaultBudget = 100
+	// DefaultBudget is the machine-wide number of layer executables.
+	DefaultBudget = residency.DefaultBudget
 	// HandoffWindow is how long a finished admission's cohort keeps its shape protected.
-	HandoffWindow = 250 * time.Millisecond
-	// UnknownOutcomeGateHold bounds how long an admission of unknown outcome holds the compile
-	// gate after its worker's restart began, if the old process's exit is not confirmed.
-	UnknownOutcomeGateHold = 35 * time.Second
+	HandoffWindow = residency.HandoffWindow
+	// UnknownOutcomeGateHold bounds how long an admission of unknown outcome holds the gate.
+	UnknownOutcomeGateHold = residency.UnknownOutcomeGateHold
 	// ExitGrace is how long a closed worker has to exit before it is killed.
 	ExitGrace = 10 * time.Second
+	// inputQueue bounds the requests and outcomes waiting for the owner; a sender blocks (and
+	// can give up) when it is full.
+	inputQueue = 1024
 )
+
+// ProbeTimeout bounds one placement probe.
+var ProbeTimeout = 10 * time.Minute
 
 // Config configures a Supervisor.
 type Config struct {
 	Clock   clock.WithTicker
 	Spawner Spawner
 	Log     logr.Logger
+	// Warn, if set, receives warnings (a refused prewarm admission) at a warning level.
+	Warn func(msg string, keysAndValues ...any)
 	// Budget is the number of layer executables; DefaultBudget if zero.
 	Budget int
 	// CertifyObservation records worker inventories and an independent admission count for
 	// the certification validator. Ordinary serving leaves it off and records nothing.
 	CertifyObservation bool
 	// Trace, if set, receives the timeline events (the stress tool's report). It must be safe
-	// for concurrent use and quick: it runs on the scheduler's and the workers' paths.
+	// for concurrent use and quick: it runs on the owner's, the workers' and the requests' paths.
 	Trace func(Event)
-	// OnChange, if set, is called after every scheduling pass, whose outcomes may have changed
-	// what Snapshot reports (the agent's status writer wakes on it). It runs under the
-	// supervisor's lock: it must return at once and must not call the supervisor.
+	// OnChange, if set, is called after every step of the core, whose outcomes may have changed
+	// what Snapshot reports (the agent's status writer wakes on it). It runs on the owner
+	// goroutine: it must return at once and must not wait for the supervisor.
 	OnChange func()
 	// LockPath is the machine-wide direct-ANE lane lock, taken on the first load and handed to
 	// every worker the spawner starts (if it implements LockInheritor). Empty takes none (tests
@@ -86,54 +89,74 @@ type LockInheritor interface {
 
 // Supervisor is the residency supervisor. Create it with New and start Run.
 type Supervisor struct {
-	clk      clock.WithTicker
-	spawner  Spawner
-	log      logr.Logger
-	budget   int
-	certify  bool
-	lockPath string
-	lock     *lanelock.Lock
-	tracer   func(Event)
-	onChange func()
+	cfg     Config
+	clk     clock.WithTicker
+	log     logr.Logger
+	lockMu  sync.Mutex
+	lock    *lanelock.Lock
+	view    atomic.Pointer[residency.View]
+	in      chan input
+	kick    chan struct{}
+	done    chan struct{} // closed once Run has stopped and answered everyone
+	stopErr atomic.Pointer[error]
+	tickets atomic.Uint64
+	obsIDs  atomic.Uint64
 
-	mu            sync.Mutex
-	models        map[string]*model
-	used          int // charged executables: resident, admitting and evicting shapes
-	queue         *compilequeue.Queue
-	ticket        compilequeue.Ticket
-	incoming      []*waiter                       // slow-path requests the loop has not seen
-	waiting       map[compilequeue.Ticket]*waiter // requests waiting for an admission
-	blocked       []*waiter                       // requests for resident shapes behind a starved head
-	starved       bool                            // the budget head cannot be given budget now
-	gate          *gateOwner                      // a failed admission holds the gate until its worker's exit is confirmed
-	gateHold      time.Time                       // ... or until then, when its outcome is unknown
-	events        []func(now time.Time)           // outcomes reported by worker goroutines
-	stopped       error                           // set when the scheduler stopped
-	admittedCount int                             // certify: admissions minus evictions, counted apart
-	counts        Counts
+	// Owned by Run's goroutine.
+	core     *residency.Core
+	pending  map[residency.Ticket]*request
+	loads    map[string]*loadCall
+	retires  map[string][]chan error
+	observes map[uint64]chan observed
 
-	kick chan struct{}
-
-	// testHookAfterPrecheck runs between a request's unlocked precheck and its locked grant.
+	// testHookAfterPrecheck runs between a request's failed fast path and its slow path.
 	testHookAfterPrecheck func()
+}
+
+// input is one message for the owner.
+type input struct {
+	in residency.Input
+	// For an Acquire: its request. For a Load: its call. For a Retire or an Observe: the
+	// channel the answer goes to.
+	req     *request
+	load    *loadCall
+	retired chan error
+	obs     chan observed
+	// fn, for tests, runs on the owner goroutine with the core between steps.
+	fn func(*residency.Core)
+}
+
+// request is a slow-path request's reply channel.
+type request struct {
+	ticket residency.Ticket
+	lane   string
+	reply  chan residency.Answer
+	// left: the caller gave up; an answer that reaches it anyway is drained by the owner.
+	left bool
+}
+
+type loadCall struct {
+	ctx  context.Context
+	done chan error
+}
+
+type observed struct {
+	obs certify.Observation
+	err error
 }
 
 // New returns a supervisor; it does nothing until Run is started.
 func New(cfg Config) *Supervisor {
-	if cfg.Budget == 0 {
-		cfg.Budget = DefaultBudget
-	}
-	return &Supervisor{
-		clk: cfg.Clock, spawner: cfg.Spawner, log: cfg.Log, budget: cfg.Budget, certify: cfg.CertifyObservation, lockPath: cfg.LockPath,
-		tracer: cfg.Trace, onChange: cfg.OnChange,
-		models:  map[string]*model{},
-		queue:   compilequeue.New(compilequeue.NewCostModel()),
-		waiting: map[compilequeue.Ticket]*waiter{},
-		kick:    make(chan struct{}, 1),
-	}
+	s := &Supervisor{cfg: cfg, clk: cfg.Clock, log: cfg.Log, in: make(chan input, inputQueue), kick: make(chan struct{}, 1),
+		done: make(chan struct{}), pending: map[residency.Ticket]*request{}, loads: map[string]*loadCall{},
+		retires: map[string][]chan error{}, observes: map[uint64]chan observed{}}
+	s.core = residency.New(residency.Config{Budget: cfg.Budget, CertifyObservation: cfg.CertifyObservation, Log: cfg.Log,
+		Warn: cfg.Warn, Trace: cfg.Trace})
+	s.view.Store(s.core.Ready().View)
+	return s
 }
 
-// wake asks the scheduler for a pass. Callers may hold mu.
+// wake asks the owner for a pass (a watched lease was released).
 func (s *Supervisor) wake() {
 	select {
 	case s.kick <- struct{}{}:
@@ -141,100 +164,200 @@ func (s *Supervisor) wake() {
 	}
 }
 
-// post hands an outcome to the scheduler goroutine, which applies it under mu.
-func (s *Supervisor) post(ev func(now time.Time)) {
-	s.mu.Lock()
-	s.events = append(s.events, ev)
-	s.mu.Unlock()
-	s.wake()
+// send hands an input to the owner. It reports false if the owner has stopped or ctx ended
+// first.
+func (s *Supervisor) send(ctx context.Context, in input) bool {
+	select {
+	case s.in <- in:
+		return true
+	case <-s.done:
+		return false
+	case <-ctx.Done():
+		return false
+	}
 }
 
-// Run is the scheduler goroutine. It returns when ctx ends. If it stops for any other reason
-// (a panic), every request is answered engine_crashed from then on.
+// stopped is the error the owner stopped with, or nil.
+func (s *Supervisor) stopped() error {
+	if p := s.stopErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Run is the owner goroutine. It returns when ctx ends. If it stops for any other reason (a
+// panic), every request is answered engine_crashed with its lane from then on.
 func (s *Supervisor) Run(ctx context.Context) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("compile scheduler panicked: %v", r)
+			s.log.Error(err, "the residency supervisor stopped; every request is refused until the agent restarts")
 		}
 		if err == nil {
 			err = errors.New("compile scheduler stopped")
 		}
-		s.stop(err)
+		s.abort(err)
 	}()
-	var timer clock.Timer
+	var next time.Time
 	for {
-		next := s.pass()
-
-		if timer != nil {
-			timer.Stop()
-			timer = nil
-		}
 		var fire <-chan time.Time
+		var timer clock.Timer
 		if !next.IsZero() {
-			// Measured from the clock's time now, not the pass's: time that passed during the
-			// pass must not push the wake-up later than next.
+			// Measured from the clock's time now: time that passed during the step must not
+			// push the wake-up later than next.
 			d := next.Sub(s.clk.Now())
 			if d <= 0 {
-				// Already due: pass again at once (a fake clock never fires a zero timer).
 				select {
 				case <-ctx.Done():
 					return ctx.Err()
 				default:
 				}
+				next = s.step(residency.Tick{}, input{})
 				continue
 			}
 			timer = s.clk.NewTimer(d)
 			fire = timer.C()
 		}
+		var in input
 		select {
 		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
 			return ctx.Err()
+		case in = <-s.in:
 		case <-s.kick:
+			in.in = residency.Tick{}
 		case <-fire:
+			in.in = residency.Tick{}
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if in.fn != nil {
+			in.fn(s.core)
+			continue
+		}
+		next = s.step(in.in, in)
+	}
+}
+
+// step registers what waits for an answer, steps the core, publishes its view and executes its
+// effects. It returns when to step again.
+func (s *Supervisor) step(ri residency.Input, in input) time.Time {
+	switch v := ri.(type) {
+	case residency.Acquire:
+		s.pending[v.Ticket] = in.req
+	case residency.Leave:
+		if _, waiting := s.pending[v.Ticket]; !waiting {
+			// Answered before the caller gave up: drain the answer it will not read.
+			s.drain(in.req)
+		}
+		delete(s.pending, v.Ticket)
+	case residency.Load:
+		s.loads[v.Spec.Lane] = in.load
+	case residency.Retire:
+		s.retires[v.Lane] = append(s.retires[v.Lane], in.retired)
+	case residency.Observe:
+		s.observes[v.ID] = in.obs
+	}
+	s.core.Step(s.clk.Now(), ri)
+	rd := s.core.Ready()
+	s.view.Store(rd.View)
+	for _, fx := range rd.Effects {
+		s.execute(fx)
+	}
+	if s.cfg.OnChange != nil {
+		s.cfg.OnChange()
+	}
+	return rd.Next
+}
+
+// drain releases a lease in an answer its caller gave up on.
+func (s *Supervisor) drain(req *request) {
+	select {
+	case a := <-req.reply:
+		if a.Cell != nil && a.Cell.Release() {
+			s.wake()
+		}
+	default:
+	}
+}
+
+// execute carries out one effect of the core.
+func (s *Supervisor) execute(fx residency.Effect) {
+	switch fx := fx.(type) {
+	case residency.Answer:
+		req := s.pending[fx.Ticket]
+		delete(s.pending, fx.Ticket)
+		if req == nil {
+			// The caller left before the owner saw the request: nobody will read the answer.
+			if fx.Cell != nil && fx.Cell.Release() {
+				s.wake()
+			}
+			return
+		}
+		req.reply <- fx
+	case residency.Loaded:
+		if l := s.loads[fx.Lane]; l != nil {
+			delete(s.loads, fx.Lane)
+			l.done <- fx.Err
+		}
+	case residency.Retired:
+		for _, c := range s.retires[fx.Lane] {
+			c <- fx.Err
+		}
+		delete(s.retires, fx.Lane)
+	case residency.Observed:
+		if c := s.observes[fx.ID]; c != nil {
+			delete(s.observes, fx.ID)
+			c <- observed{fx.Observation, fx.Err}
+		}
+	case residency.Spawn:
+		ctx := context.Background()
+		if l := s.loads[fx.Gen.Lane]; l != nil && fx.Gen.N == 1 {
+			ctx = l.ctx // the first worker starts within LoadModel's context
+		}
+		go s.spawn(ctx, fx)
+	case residency.Admit:
+		go s.admit(fx)
+	case residency.Evict:
+		go s.evict(fx)
+	case residency.ProbeShape:
+		go s.probe(fx)
+	case residency.ConfirmExit:
+		go s.confirmExit(fx)
+	case residency.Inventory:
+		go s.inventory(fx)
+	default:
+		panic(fmt.Sprintf("supervisor: unknown effect %T", fx))
+	}
+}
+
+// report hands a worker call's outcome back to the owner; it is dropped if the owner stopped.
+func (s *Supervisor) report(in residency.Input) {
+	s.send(context.Background(), input{in: in})
+}
+
+// abort answers every request engine_crashed with its lane and refuses all later ones. It uses
+// only the owner's own registry, never the core, whose state a panic may have left half done.
+func (s *Supervisor) abort(err error) {
+	s.stopErr.Store(&err)
+	s.view.Store(residency.StoppedView(err))
+	for t, req := range s.pending {
+		req.reply <- residency.Answer{Ticket: t, Lane: req.lane, Err: refusal.New(refusal.EngineCrashed, req.lane, "the compile scheduler stopped: %v", err)}
+	}
+	s.pending = nil
+	for lane, l := range s.loads {
+		l.done <- fmt.Errorf("loading lane %s: the compile scheduler stopped: %w", lane, err)
+	}
+	for lane, cs := range s.retires {
+		for _, c := range cs {
+			c <- fmt.Errorf("retiring lane %s: the compile scheduler stopped: %w", lane, err)
 		}
 	}
-}
-
-// pass applies the reported outcomes and runs one scheduling pass. The deferred unlock matters:
-// a panic in here must not leave mu held for stop.
-func (s *Supervisor) pass() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clk.Now()
-	events := s.events
-	s.events = nil
-	for _, ev := range events {
-		ev(now)
+	for _, c := range s.observes {
+		c <- observed{err: fmt.Errorf("the compile scheduler stopped: %w", err)}
 	}
-	next := s.schedule(now)
-	if s.onChange != nil {
-		s.onChange()
-	}
-	return next
-}
-
-// stop answers every waiting request engine_crashed and refuses all later ones.
-func (s *Supervisor) stop(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stopped = err
-	for _, w := range s.allWaiters() {
-		w.answer(grant{err: refusal.New(refusal.EngineCrashed, w.m.spec.Lane, "the compile scheduler stopped: %v", err)})
-	}
-	s.incoming, s.blocked, s.waiting = nil, nil, map[compilequeue.Ticket]*waiter{}
-}
-
-func (s *Supervisor) allWaiters() []*waiter {
-	out := append(append([]*waiter{}, s.incoming...), s.blocked...)
-	for _, w := range s.waiting {
-		out = append(out, w)
-	}
-	return out
-}
-
-// Used reports the charged layer executables.
-func (s *Supervisor) Used() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.used
+	close(s.done)
 }

@@ -19,60 +19,45 @@ package supervisor
 import (
 	"context"
 	"time"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
-// EventKind names a step of an admission's or a request's life, for the stress tool's
-// payload-free timeline.
-type EventKind string
+type (
+	// EventKind names a step of an admission's or a request's life, for the stress tool's
+	// payload-free timeline.
+	EventKind = residency.EventKind
+	// Event is one timeline entry.
+	Event = residency.Event
+)
 
 const (
-	EventQueueEntry       EventKind = "queue_entry"
-	EventReservation      EventKind = "reservation"
-	EventStreamGrant      EventKind = "stream_grant"
-	EventRPCStart         EventKind = "rpc_start"
-	EventRPCEnd           EventKind = "rpc_end"
-	EventEvictionDispatch EventKind = "eviction_dispatch"
-	EventEvictionAck      EventKind = "eviction_ack"
-	EventLeaseGrant       EventKind = "lease_grant"
-	EventLeaseRelease     EventKind = "lease_release"
+	EventQueueEntry       = residency.EventQueueEntry
+	EventReservation      = residency.EventReservation
+	EventStreamGrant      = residency.EventStreamGrant
+	EventRPCStart         = residency.EventRPCStart
+	EventRPCEnd           = residency.EventRPCEnd
+	EventEvictionDispatch = residency.EventEvictionDispatch
+	EventEvictionAck      = residency.EventEvictionAck
+	EventRefund           = residency.EventRefund
+	EventLeaseGrant       = residency.EventLeaseGrant
+	EventLeaseRelease     = residency.EventLeaseRelease
 )
-
-// Event is one timeline entry. Victim fields name an eviction's victim.
-type Event struct {
-	At        time.Time
-	Kind      EventKind
-	RequestID string
-	Lane      string
-	Rung      int
-	Ticket    uint64
-	// RPC names the worker call for stream and RPC events: admit, evict or exchange.
-	RPC string
-	// Used is the charged executables after a reservation or an eviction's acknowledgement.
-	Used int
-}
-
-type requestIDKey struct{}
 
 // WithRequestID tags a request's context so that the timeline names it.
 func WithRequestID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, requestIDKey{}, id)
+	return residency.WithRequestID(ctx, id)
 }
 
-func requestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
-}
-
-// trace records an event if a tracer is configured. It may be called with or without mu held;
-// the tracer must be safe for concurrent use.
+// trace records an event if a tracer is configured.
 func (s *Supervisor) trace(e Event) {
-	if s.tracer == nil {
+	if s.cfg.Trace == nil {
 		return
 	}
 	if e.At.IsZero() {
 		e.At = s.clk.Now()
 	}
-	s.tracer(e)
+	s.cfg.Trace(e)
 }
 
 // traced runs a worker call on st, recording the stream grant and the RPC's start and end.

@@ -18,9 +18,10 @@ package supervisor
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"sync"
 	"time"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
 // Worker is the supervisor's seam to one worker process (one generation of one loaded
@@ -48,14 +49,6 @@ type Worker interface {
 	Exited() <-chan struct{}
 }
 
-// Admission is what a worker reports for an admitted shape. The two counts are optional
-// additions to protocol v3: an older worker omits them (nil), and the admission is then taken
-// for a compile.
-type Admission struct {
-	CacheHitLayers *int
-	CompiledLayers *int
-}
-
 // Spawner starts worker processes.
 type Spawner interface {
 	// Spawn starts generation gen of the model's worker and waits until it has loaded the
@@ -64,46 +57,57 @@ type Spawner interface {
 	Spawn(ctx context.Context, spec ModelSpec, gen int64) (w Worker, cached []int, err error)
 }
 
-// WorkerError is an error the worker itself answered with: the exchange did not run, the
-// stream is healthy and the worker is not restarted. Every other error from a Worker is a
-// fault (I/O, a malformed reply, a bounded exchange that timed out): its outcome is unknown,
-// and the worker goes through confirmed-exit recovery.
-type WorkerError struct {
-	// Code is the worker's machine-readable code, for example ane_resources_exhausted.
-	Code    string
-	Message string
+type (
+	// ModelSpec is one model to keep resident: a lane on this node.
+	ModelSpec = residency.ModelSpec
+	// Admission is what a worker reports for an admitted shape.
+	Admission = residency.Admission
+	// WorkerError is an error the worker itself answered with: the call did not run and the
+	// worker is not restarted. Every other error of a Worker is a fault.
+	WorkerError = residency.WorkerError
+	// LaneSnapshot is what the agent reports of one loaded lane.
+	LaneSnapshot = residency.LaneSnapshot
+	// NodeSnapshot is the machine-wide picture.
+	NodeSnapshot = residency.NodeSnapshot
+	// AdmissionProgress is an admission on the wire.
+	AdmissionProgress = residency.AdmissionProgress
+	// Fault is a worker fault as the status reports it.
+	Fault = residency.Fault
+	// Counts are the supervisor's lifetime counters.
+	Counts = residency.Counts
+	// PrewarmSummary reports a lane's background load of its prewarm rungs.
+	PrewarmSummary = residency.PrewarmSummary
+)
+
+// stream is a worker's single request/reply channel: every exchange holds mu for its whole
+// request and reply. The generation counts who holds or waits for it, as a hint for eviction.
+type stream struct {
+	mu  sync.Mutex
+	w   Worker
+	gen *residency.Gen
 }
 
-func (e *WorkerError) Error() string { return fmt.Sprintf("worker refused: %s: %s", e.Code, e.Message) }
-
-func isWorkerError(err error) bool {
-	var we *WorkerError
-	return errors.As(err, &we)
+// do runs one exchange on the stream.
+func (st *stream) do(f func(Worker) error) error {
+	st.gen.Enter()
+	defer st.gen.Exit()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return f(st.w)
 }
 
-// ModelSpec is one model to keep resident: a lane on this node.
-type ModelSpec struct {
-	// Lane identifies the loaded model (its lane); each has its own worker generations.
-	Lane string
-	// Identity is the model's certified identity: workers of the same identity compile the
-	// same programs, so they share cost measurements.
-	Identity string
-	// Model is the model's name; Dimensions the length of its output vectors.
-	Model      string
-	Dimensions int
-	// Layers is the number of per-layer executables one shape charges.
-	Layers int
-	// Rungs is the ladder, ascending.
-	Rungs []int
-	// MaxResidentShapes caps the model's resident rungs; at the cap it evicts its own.
-	MaxResidentShapes int
-	// AdmissionBound bounds a request's wait for admission (at most 600 s).
-	AdmissionBound time.Duration
-	// ArtifactDir is the verified artifact the worker loads ("" for a worker that needs none).
-	ArtifactDir string
-	// Probe, when set, gates every loaded shape: before the shape's first lease is granted, the
-	// runtime placement probe runs on it and Probe judges the measurement. An error refuses
-	// that lease and every later one on the shape until it is loaded again, so no request runs
-	// on a shape whose placement has not been checked.
-	Probe func(rung int, gen int64, device, cpu time.Duration) error
+func streamOf(g *residency.Gen) *stream { return g.Conn.(*stream) }
+
+type progressKey struct{}
+
+// ReportProgress is how a Worker's Admit reports layers done: the supervisor puts a sink in
+// the admission's context. It does nothing for a context without one.
+func ReportProgress(ctx context.Context, layersDone int) {
+	if p, ok := ctx.Value(progressKey{}).(*residency.Progress); ok {
+		p.Report(layersDone)
+	}
+}
+
+func withProgress(ctx context.Context, p *residency.Progress) context.Context {
+	return context.WithValue(ctx, progressKey{}, p)
 }

@@ -65,10 +65,13 @@ func TestASupervisedWorkerThatCrashesWhileAdmittingIsRestartedExactlyOnce(t *tes
 		t.Fatalf("got %v, want engine_crashed", err)
 	}
 	// The retry is served by the replacement.
-	var l *supervisor.Lease
-	for l == nil {
+	var l supervisor.Lease
+	for attempt := 0; ; attempt++ {
 		l, err = s.Acquire(ctx, spec.Lane, 128, time.Time{})
-		if err != nil && refusal.CodeOf(err) != refusal.EngineCrashed {
+		if err == nil {
+			break
+		}
+		if refusal.CodeOf(err) != refusal.EngineCrashed || attempt == 100 {
 			t.Fatal(err)
 		}
 	}
