@@ -141,7 +141,7 @@ func (c *Core) evict(m *model, sh *shape, unpark *compilequeue.Job) {
 	m.busy++
 	m.moving++
 	c.trace(Event{Kind: EventEvictionDispatch, Lane: m.spec.Lane, Rung: sh.rung})
-	c.emit(Evict{Gen: m.gen, Load: sh.load, Rung: sh.rung})
+	c.emit(Evict{Gen: m.gen, Load: sh.load, Rung: sh.rung, Cell: sh.cell})
 }
 
 // evicted applies an eviction's outcome.

@@ -164,6 +164,8 @@ type Evict struct {
 	Gen  *Gen
 	Load uint64
 	Rung int
+	// Cell is the closed cell of the load being released.
+	Cell *Cell
 }
 
 // ProbeShape runs the placement probe on a resident shape, on a lease the core took for it;

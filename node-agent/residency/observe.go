@@ -35,6 +35,9 @@ type observation struct {
 	asked   bool
 	pending int
 	workers []certify.WorkerInventory
+	// count is the independent admission count at the moment the inventories were asked; a
+	// worker that exits or faults after that answers (or fails to answer) about that moment.
+	count int
 }
 
 func (c *Core) observe(id uint64) {
@@ -61,7 +64,7 @@ func (c *Core) driveObservation() {
 				return // wait for the admissions and evictions in flight
 			}
 		}
-		o.asked = true
+		o.asked, o.count = true, c.admittedCount
 		for _, lane := range c.lanes {
 			m := c.models[lane]
 			inv := certify.WorkerInventory{Lane: lane, Generation: m.genN()}
@@ -79,7 +82,7 @@ func (c *Core) driveObservation() {
 		return
 	}
 	c.obs = c.obs[1:]
-	c.emit(Observed{ID: o.id, Observation: certify.Observation{Workers: o.workers, AdmittedShapes: c.admittedCount}})
+	c.emit(Observed{ID: o.id, Observation: certify.Observation{Workers: o.workers, AdmittedShapes: o.count}})
 	c.driveObservation()
 }
 

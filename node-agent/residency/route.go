@@ -62,6 +62,9 @@ func (c *Core) route(w *waiter) {
 	case m.state == retiring:
 		c.refuse(w, refusal.LaneRetired, "the lane is being unloaded from this node")
 		return
+	case !w.Deadline.IsZero() && !c.now.Before(w.Deadline):
+		c.refuse(w, refusal.DeadlineExceeded, "the request's deadline passed before it could be served")
+		return
 	case !m.spec.fits(w.Rung):
 		c.refuse(w, refusal.UnsupportedShape, "rung %d is not in the lane's ladder %v", w.Rung, m.spec.Rungs)
 		return
@@ -94,7 +97,7 @@ func (c *Core) route(w *waiter) {
 		Layers: m.spec.Layers, Cached: m.cached[w.Rung], Deadline: w.Deadline, Bound: m.spec.AdmissionBound, Since: w.Since,
 	})
 	if !a.Accepted {
-		c.answer(w, Answer{Err: &refusal.Error{Code: refusal.ShapeCompiling, Lane: w.Lane, RetryAfter: a.RetryAfter,
+		c.answer(w, Answer{Err: &refusal.Error{Code: refusal.ShapeCompiling, Lane: w.Lane, RetryAfter: retryAfter(a.RetryAfter),
 			Message: "rung is predicted ready only after the request's deadline or admission bound; its compile stays queued"}})
 		return
 	}

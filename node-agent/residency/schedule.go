@@ -111,6 +111,12 @@ func (c *Core) schedule() {
 	_, refused, t = c.queue.Expire(now)
 	c.soon(t)
 	c.refuseQueued(refused)
+	if c.starved && c.queue.Head() == nil {
+		// The starved head was dropped: nothing waits for budget any more. Look again at once,
+		// so the requests blocked behind it lease.
+		c.starved = false
+		c.soon(c.now)
+	}
 }
 
 // expireWaiters answers the requests that wait outside the queue (behind a starved head or on
@@ -133,7 +139,7 @@ func (c *Core) expireWaiters() {
 			c.refuse(w, refusal.DeadlineExceeded, "the request's deadline passed while it waited for rung %d", w.Rung)
 			continue
 		}
-		retry := ProbeWaitRetry
+		retry := MinRetryAfter
 		if head := c.queue.Head(); head != nil {
 			retry = max(retry, c.queue.ReadyAt(c.now, head).Sub(c.now))
 		}
@@ -154,7 +160,7 @@ func (c *Core) refuseQueued(refused []compilequeue.Refusal) {
 			c.refuse(w, refusal.DeadlineExceeded, "the request's deadline passed before rung %d was ready", w.Rung)
 			continue
 		}
-		c.answer(w, Answer{Err: &refusal.Error{Code: refusal.ShapeCompiling, Lane: w.Lane, RetryAfter: r.RetryAfter,
+		c.answer(w, Answer{Err: &refusal.Error{Code: refusal.ShapeCompiling, Lane: w.Lane, RetryAfter: retryAfter(r.RetryAfter),
 			Message: "rung is predicted ready only after the request's admission bound; its compile stays queued"}})
 	}
 }
