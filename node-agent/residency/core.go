@@ -70,10 +70,10 @@ type Core struct {
 	hold *gateHold
 	// admitted is the certify count: admissions minus evictions, kept apart from the shapes.
 	admittedCount int
-	counts   Counts
-	obs      []*observation
-	stopped  error
-	lastLoad uint64
+	counts        Counts
+	obs           []*observation
+	stopped       error
+	lastLoad      uint64
 
 	// epoch counts steps; cells stamp their last use with it.
 	epoch   atomic.Int64

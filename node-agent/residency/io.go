@@ -123,20 +123,20 @@ type Inventoried struct {
 	Err         error
 }
 
-func (Load) input()        {}
-func (Acquire) input()     {}
-func (Leave) input()       {}
-func (Retire) input()      {}
-func (Prewarm) input()     {}
-func (Observe) input()     {}
-func (Tick) input()        {}
+func (Load) input()          {}
+func (Acquire) input()       {}
+func (Leave) input()         {}
+func (Retire) input()        {}
+func (Prewarm) input()       {}
+func (Observe) input()       {}
+func (Tick) input()          {}
 func (ExchangeFault) input() {}
-func (Spawned) input()     {}
-func (Admitted) input()    {}
-func (Evicted) input()     {}
-func (Probed) input()      {}
-func (Exited) input()      {}
-func (Inventoried) input() {}
+func (Spawned) input()       {}
+func (Admitted) input()      {}
+func (Evicted) input()       {}
+func (Probed) input()        {}
+func (Exited) input()        {}
+func (Inventoried) input()   {}
 
 // Effect is something the owner must do. Worker calls report back with the matching Input.
 type Effect interface{ effect() }

@@ -203,7 +203,9 @@ func (c *Core) retire(lane string) {
 	c.log.Info("retiring lane", "lane", lane, "generation", m.genN())
 	c.cancelPrewarm(m)
 	for _, j := range c.queue.DropOwner(m.owner()) {
-		c.answerJob(j, func(*waiter) error { return refusal.New(refusal.LaneRetired, lane, "the lane is being unloaded from this node") })
+		c.answerJob(j, func(*waiter) error {
+			return refusal.New(refusal.LaneRetired, lane, "the lane is being unloaded from this node")
+		})
 	}
 	for _, t := range sortedTickets(c.waiters) {
 		if w := c.waiters[t]; w.Lane == lane {

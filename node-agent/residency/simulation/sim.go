@@ -46,14 +46,14 @@ type Config struct {
 
 // Result says what a run exercised.
 type Result struct {
-	Seed                                          uint64
-	Steps                                         int
-	Requests, Answers, Leases, Refusals           int
-	Admissions, Evictions, Probes, Exchanges      int
-	Faults, Exits, Retirements, Loads, Observed   int
-	VirtualTime                                   time.Duration
-	Lanes                                         int
-	Panicked                                      bool
+	Seed                                        uint64
+	Steps                                       int
+	Requests, Answers, Leases, Refusals         int
+	Admissions, Evictions, Probes, Exchanges    int
+	Faults, Exits, Retirements, Loads, Observed int
+	VirtualTime                                 time.Duration
+	Lanes                                       int
+	Panicked                                    bool
 }
 
 // Failure is a broken invariant: the seed that replays it, what broke and the last steps.
