@@ -99,11 +99,16 @@ func (c *Core) inventoried(in Inventoried) {
 		return
 	}
 	o.pending--
-	if m := c.current(in.Gen); m != nil {
+	m := c.current(in.Gen)
+	if m != nil {
 		m.busy--
 	}
 	if in.Err != nil {
 		o.workers[i].Error = in.Err.Error()
+		if m != nil && !IsWorkerError(in.Err) {
+			// An I/O error or a malformed answer: the stream is broken, as after any call.
+			c.fault(m, in.Gen, fmt.Errorf("asking for its inventory: %w", in.Err))
+		}
 		return
 	}
 	rungs := slices.Clone(in.Rungs)

@@ -169,6 +169,15 @@ func (s *sim) pendingSummary() string {
 	for _, l := range s.lanes {
 		fmt.Fprintf(&b, " %s %v;", l.name, l.phase)
 	}
+	for g, p := range s.procs {
+		if !p.exited {
+			var calls []string
+			for _, c := range p.stream {
+				calls = append(calls, fmt.Sprintf("%s(started %v done %v)", c.name, c.started, c.done))
+			}
+			fmt.Fprintf(&b, " proc %s#%d dead=%v closing=%v wedged=%v neverDies=%v calls=%v;", g.Lane, g.N, p.dead, p.closing, p.wedged, p.neverDies, calls)
+		}
+	}
 	return b.String()
 }
 

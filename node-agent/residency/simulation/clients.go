@@ -191,7 +191,7 @@ func (s *sim) arrive(retryOf *req) {
 		s.after(s.dur(0, 2*time.Minute), func() { s.cancel(r) })
 	}
 	if !r.residentOnly {
-		if cell, wake := s.view.TryLease(r.lane, r.rung); cell != nil {
+		if cell, wake := s.readView().TryLease(r.lane, r.rung); cell != nil {
 			s.logf("fast lease t%d %s#%d/%d", r.ticket, r.lane, cell.Gen.N, r.rung)
 			r.over = true
 			s.res.Answers++
@@ -209,8 +209,13 @@ func (s *sim) arrive(retryOf *req) {
 // is given back unused.
 func (s *sim) cancel(r *req) {
 	r.canceled = true
-	if r.waiting {
+	switch {
+	case r.waiting:
 		r.waiting, r.over = false, true
+		s.step(residency.Leave{Ticket: r.ticket})
+	case !r.over:
+		// Handed off, and gone before it came back for its lease: its cohort membership goes.
+		r.over = true
 		s.step(residency.Leave{Ticket: r.ticket})
 	}
 }
@@ -320,9 +325,11 @@ func (s *sim) exchange(r *req, p *proc) {
 			s.hang(p, c, callTimeout)
 			return
 		}
-		s.finish(p, c, d, func() { s.release(r, err) })
+		// The serving path validates the reply before it releases the lease: a fault is
+		// reported a little after the stream is free again.
+		s.finish(p, c, d, func() { s.after(s.dur(0, 30*time.Millisecond), func() { s.release(r, err) }) })
 	}
-	c.fail = func() { s.release(r, errFault) }
+	c.fail = func() { s.after(s.dur(0, 30*time.Millisecond), func() { s.release(r, errFault) }) }
 	s.enqueue(p, c)
 }
 
@@ -378,7 +385,8 @@ func (s *sim) abort() {
 	s.res.Panicked = true
 	s.core.Abort(errors.New("injected scheduler panic"))
 	rd := s.core.Ready()
-	s.view, s.next = rd.View, rd.Next
+	s.publish(rd.View)
+	s.next = rd.Next
 	for _, fx := range rd.Effects {
 		s.logf("out %s", describe(fx))
 		s.effect(fx)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
@@ -126,7 +127,10 @@ type sim struct {
 	now  time.Time
 	core *residency.Core
 	view *residency.View
-	next time.Time
+	// views are the last views published: a request's fast path may read one the owner has
+	// since replaced, as a reader that loaded the pointer just before a publish does.
+	views []*residency.View
+	next  time.Time
 
 	queue events
 	seq   uint64
@@ -207,10 +211,12 @@ func (s *sim) failure(err error) *Failure {
 // every invariant.
 func (s *sim) step(in residency.Input) {
 	s.steps++
+	s.noteFault(in)
 	s.logf("in  %s", describe(in))
 	s.core.Step(s.now, in)
 	rd := s.core.Ready()
-	s.view, s.next = rd.View, rd.Next
+	s.publish(rd.View)
+	s.next = rd.Next
 	if !s.next.IsZero() && s.next.Before(s.now) {
 		s.violate("the core asked to be stepped at %s, in the past", s.next.Sub(epoch))
 	}
@@ -219,6 +225,22 @@ func (s *sim) step(in residency.Input) {
 		s.effect(fx)
 	}
 	s.check()
+}
+
+func (s *sim) publish(v *residency.View) {
+	s.view = v
+	if len(s.views) == 4 {
+		s.views = s.views[1:]
+	}
+	s.views = append(s.views, v)
+}
+
+// readView is the view a fast path reads: mostly the newest, sometimes a stale one.
+func (s *sim) readView() *residency.View {
+	if len(s.views) > 1 && s.chance(0.2) {
+		return s.views[s.rng.IntN(len(s.views))]
+	}
+	return s.view
 }
 
 func (s *sim) effect(fx residency.Effect) {
@@ -270,6 +292,29 @@ func (s *sim) run() error {
 		}
 	}
 	return s.err
+}
+
+// noteFault marks the generation an input reports a fault of.
+func (s *sim) noteFault(in residency.Input) {
+	var g *residency.Gen
+	var err error
+	switch in := in.(type) {
+	case residency.ExchangeFault:
+		g, err = in.Gen, in.Err
+	case residency.Admitted:
+		g, err = in.Gen, in.Err
+	case residency.Evicted:
+		g, err = in.Gen, in.Err
+	case residency.Probed:
+		g, err = in.Gen, in.Err
+	case residency.Inventoried:
+		g, err = in.Gen, in.Err
+	}
+	if err != nil && (!residency.IsWorkerError(err) || isRecycle(err)) {
+		if p := s.procs[g]; p != nil {
+			p.faulted = true
+		}
+	}
 }
 
 // errFault is a worker fault: its outcome is unknown.
@@ -326,4 +371,9 @@ func rel(t time.Time) string {
 		return "none"
 	}
 	return fmt.Sprintf("%.3fs", t.Sub(epoch).Seconds())
+}
+
+func isRecycle(err error) bool {
+	var we *residency.WorkerError
+	return errors.As(err, &we) && we.Code == protocol.CodeRecycle
 }

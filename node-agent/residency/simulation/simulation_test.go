@@ -28,6 +28,7 @@ var (
 	first    = flag.Uint64("first", 1, "the first seed of a run of seeds")
 	seeds    = flag.Int("seeds", 400, "how many seeds to run")
 	duration = flag.Duration("duration", 0, "run seeds until this much time has passed (overrides -seeds)")
+	traceLen = flag.Int("tracelen", 80, "how many of the last steps a failure shows")
 )
 
 // TestSimulation runs seeded random schedules of requests and faults against the residency
@@ -36,7 +37,7 @@ func TestSimulation(t *testing.T) {
 	var total Result
 	ran := 0
 	run := func(sd uint64) bool {
-		res, err := Run(Config{Seed: sd})
+		res, err := Run(Config{Seed: sd, TraceLen: *traceLen})
 		ran++
 		total.Steps += res.Steps
 		total.Leases += res.Leases

@@ -68,8 +68,11 @@ type proc struct {
 	// wedged: stuck in the driver; it ignores its channel closing and dies only when killed,
 	// late; neverDies: not even then.
 	wedged, neverDies bool
-	resident          map[int]bool
-	stream            []*call
+	// faulted: a fault of this generation was reported to the core, which may then close it
+	// under held leases; until then it may close it only once drained.
+	faulted  bool
+	resident map[int]bool
+	stream   []*call
 }
 
 // call is one exchange on a worker's stream.
@@ -330,6 +333,9 @@ func (w *world) admit(fx residency.Admit) {
 			s.step(residency.Admitted{Gen: fx.Gen, Job: fx.Job, Admission: adm, Took: d, Err: err})
 		})
 	}, fail: func() {
+		if p.dead {
+			off() // it never reached a live process, or the process is gone
+		}
 		s.step(residency.Admitted{Gen: fx.Gen, Job: fx.Job, Err: errFault})
 	}})
 }
@@ -354,7 +360,7 @@ func (w *world) startNext(p *proc) {
 		return
 	}
 	c := p.stream[0]
-	if c.started {
+	if c.started || c.done {
 		return
 	}
 	c.started = true
@@ -436,7 +442,8 @@ func (w *world) die(p *proc) {
 		}
 		c.done = true
 		cc := c
-		s.after(epsilon, func() { w.pop(p, cc); cc.fail() })
+		// The call's failure and the process's confirmed exit reach the owner in either order.
+		s.after(s.dur(epsilon, 20*time.Millisecond), func() { w.pop(p, cc); cc.fail() })
 	}
 	if p.closing {
 		s.after(s.dur(epsilon, 20*time.Millisecond), func() { w.exited(p) })
@@ -451,6 +458,18 @@ func (w *world) confirmExit(g *residency.Gen) {
 	if p.closing {
 		s.violate("%s#%d's exit was confirmed twice", g.Lane, g.N)
 		return
+	}
+	if !p.faulted {
+		for _, c := range p.stream {
+			if c.name != "exchange" {
+				s.violate("%s#%d was closed while the core's %s call on it was in flight and no fault was reported", g.Lane, g.N, c.name)
+			}
+		}
+		for c, n := range s.leases {
+			if c.Gen == g && n > 0 {
+				s.violate("%s#%d was closed under %d held leases of rung %d, with no fault reported: retirement must drain first", g.Lane, g.N, n, c.Rung)
+			}
+		}
 	}
 	p.closing = true
 	p.restartBegan = s.now
