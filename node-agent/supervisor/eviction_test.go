@@ -18,10 +18,12 @@ package supervisor
 
 import (
 	"context"
-	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/fakeworker"
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
 // resident makes rung of lane resident through one request and returns its lease.
@@ -38,9 +40,9 @@ func (h *harness) resident(lane string, rung int) *Lease {
 
 func TestEvictionPrefersAnIdleStreamAndEvictsBeforeTheLongCompileEnds(t *testing.T) {
 	h := newHarness(t, 66)
-	h.spawner.configure = func(w *fakeWorker) {
-		if w.lane == "a" {
-			w.admitCost[1024] = 300 * time.Second
+	h.spawner.Configure = func(w *fakeworker.Worker) {
+		if w.Lane == "a" {
+			w.AdmitCost[1024] = 300 * time.Second
 		}
 	}
 	h.load("a")
@@ -59,11 +61,11 @@ func TestEvictionPrefersAnIdleStreamAndEvictsBeforeTheLongCompileEnds(t *testing
 
 	// The next head needs 22 executables: the idle stream's shape goes, right away.
 	head := h.acquire("b", 128)
-	eventually(t, "c/128 was evicted", func() bool { return slices.Contains(h.spawner.worker(t, "c", 1).Calls(), "evict 128") })
-	if calls := h.spawner.worker(t, "a", 1).Calls(); slices.Contains(calls, "evict 128") {
+	eventually(t, "c/128 was evicted", func() bool { return slices.Contains(h.spawner.Get(t, "c", 1).Calls(), "evict 128") })
+	if calls := h.spawner.Get(t, "a", 1).Calls(); slices.Contains(calls, "evict 128") {
 		t.Fatalf("a's shape was evicted from its busy stream: %v", calls)
 	}
-	if at := h.spawner.worker(t, "c", 1).evictedAt[128]; !at.Before(compileEnds) {
+	if at := h.spawner.Get(t, "c", 1).EvictedAt(128); !at.Before(compileEnds) {
 		t.Fatalf("the eviction was acknowledged at %v, not before the long compile ends at %v", at, compileEnds)
 	}
 	eventually(t, "the eviction was refunded while the compile runs", h.state(func(i residency.Inspection) bool {
@@ -93,16 +95,16 @@ func TestEvictionUsesABusyStreamWhenItIsTheOnlyOption(t *testing.T) {
 	inFlight := h.resident("a", 128)
 
 	// An exchange on a/128 holds a's stream.
-	a := h.spawner.worker(t, "a", 1)
-	a.mu.Lock()
-	a.exchangeGate = gate
-	a.mu.Unlock()
+	a := h.spawner.Get(t, "a", 1)
+	a.Lock()
+	a.ExchangeGate = gate
+	a.Unlock()
 	replied := make(chan error, 1)
 	go func() {
 		_, err := inFlight.Exchange(context.Background(), []byte("q"))
 		replied <- err
 	}()
-	eventually(t, "the exchange holds a's stream", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.exchanging == 1 })
+	eventually(t, "the exchange holds a's stream", func() bool { return a.Exchanging() == 1 })
 
 	// b needs 22: a/128 is leased, so a/256 on the busy stream is the only candidate.
 	head := h.acquire("b", 128)
@@ -144,7 +146,7 @@ func TestALeasedShapeIsNeverEvicted(t *testing.T) {
 	head := h.acquire("b", 128)
 	h.admitWaiting()
 	eventually(t, "b/128 is a starved head", h.state(func(i residency.Inspection) bool { return i.Starved }))
-	if slices.Contains(h.spawner.worker(t, "a", 1).Calls(), "evict 128") || !pending(head) {
+	if slices.Contains(h.spawner.Get(t, "a", 1).Calls(), "evict 128") || !pending(head) {
 		t.Fatal("a leased shape was evicted")
 	}
 	l.Release()
@@ -173,11 +175,11 @@ func TestAModelAtItsShapeLimitEvictsOneOfItsOwnShapes(t *testing.T) {
 	} else {
 		l.lease.Release()
 	}
-	if slices.Contains(h.spawner.worker(t, "b", 1).Calls(), "evict 128") {
+	if slices.Contains(h.spawner.Get(t, "b", 1).Calls(), "evict 128") {
 		t.Fatal("another model's shape was evicted for a model at its shape limit")
 	}
 	// a/128 is its smallest rung, so the non-smallest a/256 goes.
-	if calls := h.spawner.worker(t, "a", 1).Calls(); !slices.Contains(calls, "evict 256") {
+	if calls := h.spawner.Get(t, "a", 1).Calls(); !slices.Contains(calls, "evict 256") {
 		t.Fatalf("a's calls %v, want a/256 evicted", calls)
 	}
 }

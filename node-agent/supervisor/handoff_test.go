@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/fakeworker"
 	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
@@ -28,9 +29,9 @@ import (
 // for 10 s with its first request, and a/256 queued as a starved head behind them.
 func starvedHeadSetup(t *testing.T) (h *harness, leaseA *Lease, first <-chan acquired, head <-chan acquired) {
 	h = newHarness(t, 44)
-	h.spawner.configure = func(w *fakeWorker) {
-		if w.lane == "b" {
-			w.admitCost[128] = 10 * time.Second
+	h.spawner.Configure = func(w *fakeworker.Worker) {
+		if w.Lane == "b" {
+			w.AdmitCost[128] = 10 * time.Second
 		}
 	}
 	h.load("a")
@@ -78,9 +79,9 @@ func TestJoinedAdmissionHandsOffBeforeAStarvedHeadAndExcludesNewcomers(t *testin
 	f.lease.Release()
 	j.lease.Release()
 	eventually(t, "b/128 was evicted for the head", func() bool {
-		return slices.Contains(h.spawner.worker(t, "b", 1).Calls(), "evict 128")
+		return slices.Contains(h.spawner.Get(t, "b", 1).Calls(), "evict 128")
 	})
-	h.spawner.worker(t, "b", 1).setAdmitCost(128, 0)
+	h.spawner.Get(t, "b", 1).SetAdmitCost(128, 0)
 	eventually(t, "the newcomer's admission is queued", h.state(func(i residency.Inspection) bool {
 		return slices.ContainsFunc(i.Queued, func(j residency.JobInfo) bool { return j.Owner == "b" && j.Rung == 128 })
 	}))
@@ -139,7 +140,7 @@ func TestSuspendedJoinerHandoffExpiresWithoutAnExternalWakeup(t *testing.T) {
 		t.Fatal(hd.err)
 	}
 	hd.lease.Release()
-	if at := h.spawner.worker(t, "b", 1).evictedAt[128]; at.Before(completed.Add(HandoffWindow)) {
+	if at := h.spawner.Get(t, "b", 1).EvictedAt(128); at.Before(completed.Add(HandoffWindow)) {
 		t.Fatalf("b/128 evicted at %v, inside the handoff window", at.Sub(completed))
 	}
 }

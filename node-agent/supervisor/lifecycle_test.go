@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/fakeworker"
 	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
@@ -33,7 +34,7 @@ import (
 func TestRetirementBetweenPrecheckAndGrantLeavesNoPhantomReservation(t *testing.T) {
 	h := newHarness(t, 100)
 	exit := make(chan struct{})
-	h.spawner.configure = func(w *fakeWorker) { w.exitGate = exit }
+	h.spawner.Configure = func(w *fakeworker.Worker) { w.ExitGate = exit }
 	h.load("a")
 	retired := make(chan error, 1)
 	var once sync.Once
@@ -58,7 +59,7 @@ func TestRetirementBetweenPrecheckAndGrantLeavesNoPhantomReservation(t *testing.
 	if err := <-retired; err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(h.spawner.worker(t, "a", 1).Calls(), "admit 128") {
+	if slices.Contains(h.spawner.Get(t, "a", 1).Calls(), "admit 128") {
 		t.Fatal("the retired lane's worker was asked to admit")
 	}
 }
@@ -67,10 +68,10 @@ func TestRetirementBetweenPrecheckAndGrantLeavesNoPhantomReservation(t *testing.
 // and runs one, returning the lease's error.
 func (h *harness) faultAnExchange(lane string, gen int64) error {
 	h.t.Helper()
-	w := h.spawner.worker(h.t, lane, gen)
-	w.mu.Lock()
-	w.nextExchangeErr = errBrokenPipe
-	w.mu.Unlock()
+	w := h.spawner.Get(h.t, lane, gen)
+	w.Lock()
+	w.NextExchangeErr = fakeworker.ErrBrokenPipe
+	w.Unlock()
 	l, err := h.s.Acquire(h.ctx, lane, 128, time.Time{})
 	if err != nil {
 		h.t.Fatal(err)
@@ -84,13 +85,13 @@ func TestRetirementDuringExitConfirmationNeverConnectsReplacement(t *testing.T) 
 	t.Run("retired while the old process's exit is unconfirmed", func(t *testing.T) {
 		h := newHarness(t, 100)
 		exit := make(chan struct{})
-		h.spawner.configure = func(w *fakeWorker) { w.exitGate = exit }
+		h.spawner.Configure = func(w *fakeworker.Worker) { w.ExitGate = exit }
 		h.load("a")
 		h.resident("a", 128).Release()
 		if err := h.faultAnExchange("a", 1); refusal.CodeOf(err) != refusal.EngineCrashed {
 			t.Fatalf("faulted exchange: %v", err)
 		}
-		eventually(t, "recovery closed the worker", func() bool { return slices.Contains(h.spawner.worker(t, "a", 1).Calls(), "close") })
+		eventually(t, "recovery closed the worker", func() bool { return slices.Contains(h.spawner.Get(t, "a", 1).Calls(), "close") })
 
 		retired := make(chan error, 1)
 		go func() { retired <- h.s.Retire(h.ctx, "a") }()
@@ -103,7 +104,7 @@ func TestRetirementDuringExitConfirmationNeverConnectsReplacement(t *testing.T) 
 		if err := <-retired; err != nil {
 			t.Fatal(err)
 		}
-		if n := h.spawner.spawned("a"); n != 1 {
+		if n := h.spawner.Spawned("a"); n != 1 {
 			t.Fatalf("%d workers spawned, want no replacement", n)
 		}
 		if used := h.s.Used(); used != 0 {
@@ -115,10 +116,7 @@ func TestRetirementDuringExitConfirmationNeverConnectsReplacement(t *testing.T) 
 		h := newHarness(t, 100)
 		h.load("a")
 		h.resident("a", 128).Release()
-		spawnGate := make(chan struct{})
-		h.spawner.mu.Lock()
-		h.spawner.gate = spawnGate
-		h.spawner.mu.Unlock()
+		spawnGate := h.spawner.HoldSpawns()
 		h.faultAnExchange("a", 1)
 		eventually(t, "the replacement is starting", h.state(func(i residency.Inspection) bool { return i.Models["a"].Spawning }))
 
@@ -130,7 +128,7 @@ func TestRetirementDuringExitConfirmationNeverConnectsReplacement(t *testing.T) 
 			t.Fatal(err)
 		}
 		// The replacement was closed without ever serving anything.
-		if calls := h.spawner.worker(t, "a", 2).Calls(); !slices.Equal(calls, []string{"close"}) {
+		if calls := h.spawner.Get(t, "a", 2).Calls(); !slices.Equal(calls, []string{"close"}) {
 			t.Fatalf("replacement calls %v, want only close", calls)
 		}
 	})
@@ -139,7 +137,7 @@ func TestRetirementDuringExitConfirmationNeverConnectsReplacement(t *testing.T) 
 func TestRetirementDrainsInFlightWorkAndRefundsOnlyAfterExit(t *testing.T) {
 	h := newHarness(t, 100)
 	exit := make(chan struct{})
-	h.spawner.configure = func(w *fakeWorker) { w.exitGate = exit }
+	h.spawner.Configure = func(w *fakeworker.Worker) { w.ExitGate = exit }
 	h.load("a")
 	l := h.resident("a", 128)
 
@@ -154,7 +152,7 @@ func TestRetirementDrainsInFlightWorkAndRefundsOnlyAfterExit(t *testing.T) {
 	if _, err := l.Exchange(context.Background(), []byte("q")); err != nil {
 		t.Fatalf("in-flight exchange during retirement: %v", err)
 	}
-	w := h.spawner.worker(t, "a", 1)
+	w := h.spawner.Get(t, "a", 1)
 	if slices.Contains(w.Calls(), "close") {
 		t.Fatal("the channel was closed before in-flight work drained")
 	}
@@ -179,15 +177,15 @@ func TestOneFaultRestartsItsGenerationExactlyOnce(t *testing.T) {
 	// Two leases fail on the same broken worker: one restart.
 	l1, _ := h.s.Acquire(h.ctx, "a", 128, time.Time{})
 	l2, _ := h.s.Acquire(h.ctx, "a", 128, time.Time{})
-	w := h.spawner.worker(t, "a", 1)
-	w.mu.Lock()
-	w.nextExchangeErr = errBrokenPipe
-	w.mu.Unlock()
+	w := h.spawner.Get(t, "a", 1)
+	w.Lock()
+	w.NextExchangeErr = fakeworker.ErrBrokenPipe
+	w.Unlock()
 	_, err1 := l1.Exchange(context.Background(), nil)
-	w.exit() // the process died: the second exchange fails too
-	w.mu.Lock()
-	w.nextExchangeErr = errBrokenPipe
-	w.mu.Unlock()
+	w.Exit() // the process died: the second exchange fails too
+	w.Lock()
+	w.NextExchangeErr = fakeworker.ErrBrokenPipe
+	w.Unlock()
 	_, err2 := l2.Exchange(context.Background(), nil)
 	if refusal.CodeOf(err1) != refusal.EngineCrashed || refusal.CodeOf(err2) != refusal.EngineCrashed {
 		t.Fatalf("faulted exchanges answered %v and %v, want engine_crashed (never replayed)", err1, err2)
@@ -198,7 +196,7 @@ func TestOneFaultRestartsItsGenerationExactlyOnce(t *testing.T) {
 	l1.Release()
 	l2.Release()
 	eventually(t, "generation 2 is connected", h.state(func(i residency.Inspection) bool { return i.Models["a"].Gen == 2 && i.Models["a"].State == "running" }))
-	if n := h.spawner.spawned("a"); n != 2 {
+	if n := h.spawner.Spawned("a"); n != 2 {
 		t.Fatalf("%d workers spawned, want the first and one replacement", n)
 	}
 	// Every slot of the old process was released.
@@ -211,10 +209,10 @@ func TestAStaleFaultAfterRecoveryDoesNotRestartTheRestoredOwner(t *testing.T) {
 	h := newHarness(t, 100)
 	h.load("a")
 	stale := h.resident("a", 128) // a lease of generation 1, faulted below but released late
-	w := h.spawner.worker(t, "a", 1)
-	w.mu.Lock()
-	w.nextExchangeErr = errBrokenPipe
-	w.mu.Unlock()
+	w := h.spawner.Get(t, "a", 1)
+	w.Lock()
+	w.NextExchangeErr = fakeworker.ErrBrokenPipe
+	w.Unlock()
 	if _, err := stale.Exchange(context.Background(), nil); err == nil {
 		t.Fatal("the exchange did not fail")
 	}
@@ -225,10 +223,10 @@ func TestAStaleFaultAfterRecoveryDoesNotRestartTheRestoredOwner(t *testing.T) {
 	eventually(t, "generation 2 is connected", h.state(func(i residency.Inspection) bool { return i.Models["a"].Gen == 2 && i.Models["a"].State == "running" }))
 	stale.Release()
 	h.resident("a", 128).Release() // the restored owner serves
-	if n := h.spawner.spawned("a"); n != 2 {
+	if n := h.spawner.Spawned("a"); n != 2 {
 		t.Fatalf("%d workers spawned: the stale fault restarted the restored owner", n)
 	}
-	if calls := h.spawner.worker(t, "a", 2).Calls(); slices.Contains(calls, "close") {
+	if calls := h.spawner.Get(t, "a", 2).Calls(); slices.Contains(calls, "close") {
 		t.Fatalf("generation 2 was closed: %v", calls)
 	}
 }
@@ -236,10 +234,10 @@ func TestAStaleFaultAfterRecoveryDoesNotRestartTheRestoredOwner(t *testing.T) {
 func TestAFailedAdmissionKeepsTheCompileGateAndBudgetUntilTheOldProcessExitIsConfirmed(t *testing.T) {
 	h := newHarness(t, 100)
 	exit := make(chan struct{})
-	h.spawner.configure = func(w *fakeWorker) {
-		if w.gen == 1 && w.lane == "a" {
-			w.exitGate = exit
-			w.nextAdmitErr = errBrokenPipe
+	h.spawner.Configure = func(w *fakeworker.Worker) {
+		if w.Gen == 1 && w.Lane == "a" {
+			w.ExitGate = exit
+			w.NextAdmitErr = fakeworker.ErrBrokenPipe
 		}
 	}
 	h.load("a")
@@ -255,9 +253,7 @@ func TestAFailedAdmissionKeepsTheCompileGateAndBudgetUntilTheOldProcessExitIsCon
 		t.Fatalf("b was admitted (used %d) while a's failed admission should hold the gate", h.s.Used())
 	}
 	// Released at the confirmed exit, even though the replacement fails to start.
-	h.spawner.mu.Lock()
-	h.spawner.nextSpawnErr = errors.New("exec: no such file")
-	h.spawner.mu.Unlock()
+	h.spawner.FailNextSpawn(errors.New("exec: no such file"))
 	close(exit)
 	if b := h.got(rb); b.err != nil {
 		t.Fatal(b.err)
@@ -272,11 +268,11 @@ func TestAFailedAdmissionKeepsTheCompileGateAndBudgetUntilTheOldProcessExitIsCon
 func TestAnUnknownOutcomeHoldsTheCompileGateAtMost35SecondsAfterItsRestartBegan(t *testing.T) {
 	h := newHarness(t, 100)
 	exit := make(chan struct{}) // never opened: the exit is never confirmed
-	h.spawner.configure = func(w *fakeWorker) {
-		if w.lane == "a" {
-			w.exitGate = exit
-			w.unkillable = true
-			w.nextAdmitErr = errBrokenPipe
+	h.spawner.Configure = func(w *fakeworker.Worker) {
+		if w.Lane == "a" {
+			w.ExitGate = exit
+			w.Unkillable = true
+			w.NextAdmitErr = fakeworker.ErrBrokenPipe
 		}
 	}
 	h.load("a")
@@ -290,12 +286,12 @@ func TestAnUnknownOutcomeHoldsTheCompileGateAtMost35SecondsAfterItsRestartBegan(
 
 	// After ExitGrace the wedged worker is killed, which does not confirm its exit either:
 	// the gate stays held.
-	eventually(t, "recovery closed the worker", func() bool { return slices.Contains(h.spawner.worker(t, "a", 1).Calls(), "close") })
+	eventually(t, "recovery closed the worker", func() bool { return slices.Contains(h.spawner.Get(t, "a", 1).Calls(), "close") })
 	// Two things wait on the clock now: the scheduler (the 35 s gate hold) and the exit
 	// watcher (its grace).
 	eventually(t, "the exit watcher waits out its grace", func() bool { return h.clk.Waiters() >= 2 })
 	h.clk.Step(ExitGrace)
-	eventually(t, "the worker was killed after its exit grace", func() bool { return slices.Contains(h.spawner.worker(t, "a", 1).Calls(), "kill") })
+	eventually(t, "the worker was killed after its exit grace", func() bool { return slices.Contains(h.spawner.Get(t, "a", 1).Calls(), "kill") })
 	almost := began.Add(UnknownOutcomeGateHold - time.Millisecond)
 	h.clk.Step(almost.Sub(h.clk.Now()))
 	if h.state(func(i residency.Inspection) bool { return i.Running == nil || !i.Held })() {
@@ -315,9 +311,9 @@ func TestAnUnknownOutcomeHoldsTheCompileGateAtMost35SecondsAfterItsRestartBegan(
 
 func TestAWorkerAnsweringAnAdmissionWithAnErrorFreesTheGateAtOnceWithoutRestart(t *testing.T) {
 	h := newHarness(t, 100)
-	h.spawner.configure = func(w *fakeWorker) {
-		if w.lane == "a" {
-			w.nextAdmitErr = &WorkerError{Code: "ane_resources_exhausted", Message: "the device address window is full"}
+	h.spawner.Configure = func(w *fakeworker.Worker) {
+		if w.Lane == "a" {
+			w.NextAdmitErr = &WorkerError{Code: "ane_resources_exhausted", Message: "the device address window is full"}
 		}
 	}
 	h.load("a")
@@ -329,7 +325,7 @@ func TestAWorkerAnsweringAnAdmissionWithAnErrorFreesTheGateAtOnceWithoutRestart(
 	if h.s.Used() != 0 || h.state(func(i residency.Inspection) bool { return i.Running != nil })() {
 		t.Fatal("the refused admission kept its budget or the gate")
 	}
-	if n := h.spawner.spawned("a"); n != 1 {
+	if n := h.spawner.Spawned("a"); n != 1 {
 		t.Fatalf("%d workers spawned, want no restart", n)
 	}
 }
@@ -356,10 +352,10 @@ func TestALoadTheDeviceRefusesForResourcesEvictsAndRetriesOnce(t *testing.T) {
 	h.load("a")
 	h.load("b")
 	h.resident("a", 128).Release()
-	b := h.spawner.worker(t, "b", 1)
-	b.mu.Lock()
-	b.nextAdmitErr = &WorkerError{Code: "ane_resources_exhausted", Message: "0x20004: the device address window is full"}
-	b.mu.Unlock()
+	b := h.spawner.Get(t, "b", 1)
+	b.Lock()
+	b.NextAdmitErr = &WorkerError{Code: "ane_resources_exhausted", Message: "0x20004: the device address window is full"}
+	b.Unlock()
 	req := h.acquire("b", 128)
 	h.admitWaiting()
 	r := h.got(req)
@@ -367,19 +363,19 @@ func TestALoadTheDeviceRefusesForResourcesEvictsAndRetriesOnce(t *testing.T) {
 		t.Fatalf("got %v, want the admission retried after an eviction", r.err)
 	}
 	r.lease.Release()
-	if calls := h.spawner.machineCalls(); !slices.Equal(calls[len(calls)-3:], []string{"b: admit 128", "a: evict 128", "b: admit 128"}) {
+	if calls := h.spawner.MachineCalls(); !slices.Equal(calls[len(calls)-3:], []string{"b: admit 128", "a: evict 128", "b: admit 128"}) {
 		t.Fatalf("machine calls %v, want admit, evict, admit", calls)
 	}
-	if n := h.spawner.spawned("b"); n != 1 {
+	if n := h.spawner.Spawned("b"); n != 1 {
 		t.Fatalf("%d workers spawned, want no restart", n)
 	}
 	// Refused twice: the request is answered with the refusal.
-	b.mu.Lock()
-	b.admitErrs = []error{
+	b.Lock()
+	b.AdmitErrs = []error{
 		&WorkerError{Code: "ane_resources_exhausted", Message: "full"},
 		&WorkerError{Code: "ane_resources_exhausted", Message: "still full"},
 	}
-	b.mu.Unlock()
+	b.Unlock()
 	req = h.acquire("b", 256)
 	h.admitWaiting()
 	if r := h.got(req); refusal.CodeOf(r.err) != refusal.ResourcesExhausted {
@@ -391,9 +387,7 @@ func TestADeadWorkerWhoseReplacementFailsToStartFailsEveryRequestBackendUnavaila
 	h := newHarness(t, 100)
 	h.load("a")
 	h.resident("a", 128).Release()
-	h.spawner.mu.Lock()
-	h.spawner.nextSpawnErr = errors.New("the worker binary is gone")
-	h.spawner.mu.Unlock()
+	h.spawner.FailNextSpawn(errors.New("the worker binary is gone"))
 	if err := h.faultAnExchange("a", 1); refusal.CodeOf(err) != refusal.EngineCrashed {
 		t.Fatalf("faulted exchange: %v", err)
 	}
@@ -427,10 +421,10 @@ func TestADeadWorkerWhoseReplacementFailsToStartFailsEveryRequestBackendUnavaila
 func TestAWorkerThatAsksToBeReplacedHasItsAdmissionRunByTheReplacement(t *testing.T) {
 	h := newHarness(t, 100)
 	h.load("a")
-	w := h.spawner.worker(t, "a", 1)
-	w.mu.Lock()
-	w.admitErrs = []error{&WorkerError{Code: protocol.CodeRecycle, Message: "rung 128 needs 22 compiles and this worker has made 90 of its 100"}}
-	w.mu.Unlock()
+	w := h.spawner.Get(t, "a", 1)
+	w.Lock()
+	w.AdmitErrs = []error{&WorkerError{Code: protocol.CodeRecycle, Message: "rung 128 needs 22 compiles and this worker has made 90 of its 100"}}
+	w.Unlock()
 	c := h.acquire("a", 128)
 	h.admitWaiting()
 	// The request is not failed: it waits, with its admission, for the replacement.
@@ -446,7 +440,7 @@ func TestAWorkerThatAsksToBeReplacedHasItsAdmissionRunByTheReplacement(t *testin
 	if calls := w.Calls(); !slices.Equal(calls, []string{"admit 128", "close"}) {
 		t.Fatalf("the first worker's calls %v, want its refused admission and its close", calls)
 	}
-	if calls := h.spawner.worker(t, "a", 2).Calls(); !slices.Equal(calls, []string{"admit 128"}) {
+	if calls := h.spawner.Get(t, "a", 2).Calls(); !slices.Equal(calls, []string{"admit 128"}) {
 		t.Fatalf("the replacement's calls %v, want the admission", calls)
 	}
 	snap, _ := h.s.Snapshot("a")
@@ -457,8 +451,8 @@ func TestAWorkerThatAsksToBeReplacedHasItsAdmissionRunByTheReplacement(t *testin
 
 func TestAnAdmissionIsRecycledOnceNotForEver(t *testing.T) {
 	h := newHarness(t, 100)
-	h.spawner.configure = func(w *fakeWorker) {
-		w.admitErrs = []error{&WorkerError{Code: protocol.CodeRecycle, Message: "no compiles left"}}
+	h.spawner.Configure = func(w *fakeworker.Worker) {
+		w.AdmitErrs = []error{&WorkerError{Code: protocol.CodeRecycle, Message: "no compiles left"}}
 	}
 	h.load("a")
 	c := h.acquire("a", 128)
@@ -470,7 +464,7 @@ func TestAnAdmissionIsRecycledOnceNotForEver(t *testing.T) {
 	if a := h.got(c); refusal.CodeOf(a.err) != refusal.WorkerRefused || !strings.Contains(a.err.Error(), "no compiles left") {
 		t.Fatalf("a second recycle of the same admission: %v, want worker_refused", a.err)
 	}
-	if n := h.spawner.spawned("a"); n != 2 {
+	if n := h.spawner.Spawned("a"); n != 2 {
 		t.Fatalf("%d workers spawned, want the first and one replacement", n)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/certify"
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/fakeworker"
 )
 
 func TestSerializedInventoryOmissionFailsPlacementGate(t *testing.T) {
@@ -46,10 +47,10 @@ func TestSerializedInventoryOmissionFailsPlacementGate(t *testing.T) {
 	}
 
 	// b does not answer. Serialised, its inventory must be absent, not an empty list.
-	b := h.spawner.worker(t, "b", 1)
-	b.mu.Lock()
-	b.nextInventoryErr = errBrokenPipe
-	b.mu.Unlock()
+	b := h.spawner.Get(t, "b", 1)
+	b.Lock()
+	b.NextInventoryErr = fakeworker.ErrBrokenPipe
+	b.Unlock()
 	obs, err = h.s.Observe(h.ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -24,20 +24,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/fakeworker"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
 // judged records the placement probes the supervisor asks a lane's judge about.
 type judged struct {
-	mu     sync.Mutex
+	sync.Mutex
 	rungs  []int
 	reject map[int]bool
 }
 
 func (j *judged) judge(rung int, gen int64, device, cpu time.Duration) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.Lock()
+	defer j.Unlock()
 	j.rungs = append(j.rungs, rung)
 	if j.reject[rung] {
 		return errors.New("ratio over the limit")
@@ -46,8 +47,8 @@ func (j *judged) judge(rung int, gen int64, device, cpu time.Duration) error {
 }
 
 func (j *judged) seen() []int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+	j.Lock()
+	defer j.Unlock()
 	return slices.Clone(j.rungs)
 }
 
@@ -76,7 +77,7 @@ func TestNoRequestRunsOnALoadedShapeBeforeItsPlacementProbePasses(t *testing.T) 
 		l.Release()
 	}
 	want := []string{"admit 128", "probe 128", "exchange 128", "admit 256", "probe 256", "exchange 256"}
-	if calls := h.spawner.worker(t, "a", 1).Calls(); !slices.Equal(calls, want) {
+	if calls := h.spawner.Get(t, "a", 1).Calls(); !slices.Equal(calls, want) {
 		t.Fatalf("worker calls %v, want %v: every loaded shape is probed once, before its first request", calls, want)
 	}
 	if got := j.seen(); !slices.Equal(got, []int{128, 256}) {
@@ -109,7 +110,7 @@ func TestAShapeWhosePlacementProbeFailsServesNoRequest(t *testing.T) {
 		a.lease.Release()
 	}
 	want := []string{"admit 256", "probe 256", "admit 128", "probe 128"}
-	if calls := h.spawner.worker(t, "a", 1).Calls(); !slices.Equal(calls, want) {
+	if calls := h.spawner.Get(t, "a", 1).Calls(); !slices.Equal(calls, want) {
 		t.Fatalf("worker calls %v, want %v: nothing runs on the rejected shape", calls, want)
 	}
 	// The refused leases were given back: nothing holds the rejected shape.
@@ -120,11 +121,11 @@ func TestConcurrentRequestsOnAnUnprobedShapeWaitForOneProbe(t *testing.T) {
 	h := newHarness(t, 100)
 	j := &judged{}
 	h.load("a", func(s *ModelSpec) { s.Probe = j.judge })
-	w := h.spawner.worker(t, "a", 1)
+	w := h.spawner.Get(t, "a", 1)
 	hold := make(chan struct{})
-	w.mu.Lock()
-	w.probeGate = hold
-	w.mu.Unlock()
+	w.Lock()
+	w.ProbeGate = hold
+	w.Unlock()
 
 	first := h.acquire("a", 128)
 	h.admitWaiting()
@@ -154,11 +155,11 @@ func TestARequestThatGivesUpDoesNotAbandonTheProbe(t *testing.T) {
 	h := newHarness(t, 100)
 	j := &judged{}
 	h.load("a", func(s *ModelSpec) { s.Probe = j.judge })
-	w := h.spawner.worker(t, "a", 1)
+	w := h.spawner.Get(t, "a", 1)
 	hold := make(chan struct{})
-	w.mu.Lock()
-	w.probeGate = hold
-	w.mu.Unlock()
+	w.Lock()
+	w.ProbeGate = hold
+	w.Unlock()
 
 	ctx, cancel := context.WithCancel(h.ctx)
 	out := make(chan error, 1)
@@ -190,10 +191,10 @@ func TestAProbeWhoseWorkerFaultsFailsItsRequestsAndTheReplacementProbesAfresh(t 
 	h := newHarness(t, 100)
 	j := &judged{}
 	h.load("a", func(s *ModelSpec) { s.Probe = j.judge })
-	w := h.spawner.worker(t, "a", 1)
-	w.mu.Lock()
-	w.nextProbeErr = errBrokenPipe
-	w.mu.Unlock()
+	w := h.spawner.Get(t, "a", 1)
+	w.Lock()
+	w.NextProbeErr = fakeworker.ErrBrokenPipe
+	w.Unlock()
 	c := h.acquire("a", 128)
 	h.admitWaiting()
 	if a := h.got(c); refusal.CodeOf(a.err) != refusal.EngineCrashed {
@@ -207,7 +208,7 @@ func TestAProbeWhoseWorkerFaultsFailsItsRequestsAndTheReplacementProbesAfresh(t 
 		t.Fatalf("after recovery: %v", a.err)
 	}
 	a.lease.Release()
-	if calls := h.spawner.worker(t, "a", 2).Calls(); !slices.Equal(calls, []string{"admit 128", "probe 128"}) {
+	if calls := h.spawner.Get(t, "a", 2).Calls(); !slices.Equal(calls, []string{"admit 128", "probe 128"}) {
 		t.Fatalf("the replacement's calls %v, want its own probe", calls)
 	}
 	if got := j.seen(); !slices.Equal(got, []int{128}) {

@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/fakeworker"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
@@ -34,7 +35,7 @@ import (
 // leaseBook is the test's own record of held leases, which the fake workers consult: a worker
 // asked to evict a shape someone holds a lease on is a violation.
 type leaseBook struct {
-	mu         sync.Mutex
+	sync.Mutex
 	held       map[string]int
 	violations []string
 	admitting  atomic.Int32
@@ -45,20 +46,20 @@ func (b *leaseBook) key(lane string, gen int64, rung int) string {
 }
 
 func (b *leaseBook) add(lane string, gen int64, rung, n int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.Lock()
+	defer b.Unlock()
 	b.held[b.key(lane, gen, rung)] += n
 }
 
 func (b *leaseBook) violate(format string, args ...any) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.Lock()
+	defer b.Unlock()
 	b.violations = append(b.violations, fmt.Sprintf(format, args...))
 }
 
 // overlapWorker wraps a fakeWorker to check the machine-wide rules from the workers' side.
 type overlapWorker struct {
-	*fakeWorker
+	*fakeworker.Worker
 	book *leaseBook
 }
 
@@ -67,30 +68,30 @@ func (w overlapWorker) Admit(ctx context.Context, rung int) (Admission, error) {
 		w.book.violate("%d admissions ran at once", n)
 	}
 	defer w.book.admitting.Add(-1)
-	return w.fakeWorker.Admit(ctx, rung)
+	return w.Worker.Admit(ctx, rung)
 }
 
 func (w overlapWorker) Evict(ctx context.Context, rung int) error {
-	w.book.mu.Lock()
-	n := w.book.held[w.book.key(w.lane, w.gen, rung)]
-	w.book.mu.Unlock()
+	w.book.Lock()
+	n := w.book.held[w.book.key(w.Lane, w.Gen, rung)]
+	w.book.Unlock()
 	if n > 0 {
-		w.book.violate("%s#%d/%d evicted while %d leases hold it", w.lane, w.gen, rung, n)
+		w.book.violate("%s#%d/%d evicted while %d leases hold it", w.Lane, w.Gen, rung, n)
 	}
-	return w.fakeWorker.Evict(ctx, rung)
+	return w.Worker.Evict(ctx, rung)
 }
 
 type overlapSpawner struct {
-	*fakeSpawner
+	*fakeworker.Spawner
 	book *leaseBook
 }
 
 func (s overlapSpawner) Spawn(ctx context.Context, spec ModelSpec, gen int64) (Worker, []int, error) {
-	w, cached, err := s.fakeSpawner.Spawn(ctx, spec, gen)
+	w, cached, err := s.Spawner.Spawn(ctx, spec, gen)
 	if err != nil {
 		return nil, nil, err
 	}
-	return overlapWorker{w.(*fakeWorker), s.book}, cached, nil
+	return overlapWorker{w.(*fakeworker.Worker), s.book}, cached, nil
 }
 
 // checkInvariants runs the core's own checks on the owner goroutine, between two steps.
@@ -131,11 +132,12 @@ func randomisedRun(t *testing.T, seed uint64) coverage {
 
 	clk := newHarness(t, 0).clk // a fake clock; the harness's own supervisor stays idle
 	book := &leaseBook{held: map[string]int{}}
-	fs := &fakeSpawner{clk: clk, configure: func(w *fakeWorker) {
+	fs := fakeworker.New(clk)
+	fs.Configure = func(w *fakeworker.Worker) {
 		for _, r := range []int{128, 256, 512, 1024} {
-			w.admitCost[r] = time.Duration(r/128) * 300 * time.Millisecond
+			w.AdmitCost[r] = time.Duration(r/128) * 300 * time.Millisecond
 		}
-	}}
+	}
 	s := New(Config{Clock: clk, Spawner: overlapSpawner{fs, book}, Budget: 88})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -194,10 +196,10 @@ func randomisedRun(t *testing.T, seed uint64) coverage {
 			leased.Add(1)
 			book.add(lane, l.Generation(), l.Rung(), 1)
 			if intn(6) == 0 {
-				w := fs.worker(t, lane, l.Generation())
-				w.mu.Lock()
-				w.nextExchangeErr = errBrokenPipe
-				w.mu.Unlock()
+				w := fs.Get(t, lane, l.Generation())
+				w.Lock()
+				w.NextExchangeErr = fakeworker.ErrBrokenPipe
+				w.Unlock()
 			}
 			if _, err := l.Exchange(context.Background(), []byte("q")); err != nil {
 				faulted.Add(1)
@@ -236,9 +238,7 @@ func randomisedRun(t *testing.T, seed uint64) coverage {
 				t.Fatalf("violations: %v", book.violations)
 			}
 			evictions, admissions := 0, 0
-			fs.mu.Lock()
-			workers := append([]*fakeWorker(nil), fs.workers...)
-			fs.mu.Unlock()
+			workers := fs.Workers()
 			for _, w := range workers {
 				for _, c := range w.Calls() {
 					switch c[:5] {

@@ -46,7 +46,7 @@ func TestAResidentShapeIsLeasedOnTheFastPath(t *testing.T) {
 	if err != nil || string(reply) != "a/128:x" {
 		t.Fatalf("exchange: %q, %v", reply, err)
 	}
-	if calls := h.spawner.worker(t, "a", 1).Calls(); !slices.Equal(calls, []string{"admit 128", "exchange 128"}) {
+	if calls := h.spawner.Get(t, "a", 1).Calls(); !slices.Equal(calls, []string{"admit 128", "exchange 128"}) {
 		t.Fatalf("worker calls %v", calls)
 	}
 }
@@ -67,7 +67,7 @@ func TestIdenticalModelsInDistinctWorkersEachAdmitTheirOwnShape(t *testing.T) {
 	}
 	// Each worker admitted the shape itself, and each reservation is charged to its owner.
 	for _, lane := range []string{"a", "b"} {
-		if calls := h.spawner.worker(t, lane, 1).Calls(); !slices.Equal(calls, []string{"admit 128"}) {
+		if calls := h.spawner.Get(t, lane, 1).Calls(); !slices.Equal(calls, []string{"admit 128"}) {
 			t.Errorf("worker %s calls %v, want its own admission", lane, calls)
 		}
 	}

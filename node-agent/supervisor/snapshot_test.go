@@ -22,12 +22,13 @@ import (
 	"time"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/fakeworker"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 )
 
 func TestSnapshotReportsAdmissionProgressResidencyAndFaults(t *testing.T) {
 	h := newHarness(t, 100)
-	h.spawner.configure = func(w *fakeWorker) { w.setAdmitCost(256, 2*time.Minute) }
+	h.spawner.Configure = func(w *fakeworker.Worker) { w.SetAdmitCost(256, 2*time.Minute) }
 	h.load("a")
 	if _, ok := h.s.Snapshot("b"); ok {
 		t.Fatal("a lane that is not loaded has a snapshot")

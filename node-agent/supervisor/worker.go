@@ -19,45 +19,15 @@ package supervisor
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
-// Worker is the supervisor's seam to one worker process (one generation of one loaded
-// model). Every call is one request/reply exchange on the worker's single stream; the
-// supervisor serialises them with the stream's mutex, so an implementation never sees two at
-// once. A process-backed implementation and a hand-written fake implement it.
-type Worker interface {
-	// Admit compiles or loads every layer of rung and makes it resident.
-	Admit(ctx context.Context, rung int) (Admission, error)
-	// Evict releases rung; it returns once the worker acknowledged the release.
-	Evict(ctx context.Context, rung int) error
-	// Exchange runs one inference request on resident rung. The payload and the reply are
-	// opaque to the supervisor (serialised protocol messages for a process worker).
-	Exchange(ctx context.Context, rung int, payload []byte) ([]byte, error)
-	// Inventory lists the rungs the worker holds resident.
-	Inventory(ctx context.Context) ([]int, error)
-	// Probe times the fastest of 5 evaluations of resident rung on the device and on a
-	// CPU-only reference of the same artifact (the runtime placement probe).
-	Probe(ctx context.Context, rung int) (device, cpu time.Duration, err error)
-	// Close closes the worker's channel: it finishes and exits.
-	Close() error
-	// Kill ends the process.
-	Kill() error
-	// Exited is closed once the process's exit is confirmed (waited on).
-	Exited() <-chan struct{}
-}
-
-// Spawner starts worker processes.
-type Spawner interface {
-	// Spawn starts generation gen of the model's worker and waits until it has loaded the
-	// model. cached lists the rungs it reports held by aned (LOADED's optional
-	// ane_cached_shapes; nil from an older worker).
-	Spawn(ctx context.Context, spec ModelSpec, gen int64) (w Worker, cached []int, err error)
-}
-
 type (
+	// Worker is the seam to one worker process (residency.Worker).
+	Worker = residency.Worker
+	// Spawner starts worker processes (residency.Spawner).
+	Spawner = residency.Spawner
 	// ModelSpec is one model to keep resident: a lane on this node.
 	ModelSpec = residency.ModelSpec
 	// Admission is what a worker reports for an admitted shape.
