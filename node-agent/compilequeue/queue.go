@@ -305,7 +305,8 @@ func (q *Queue) Elect(now time.Time) (*Job, []Refusal, time.Time) {
 		if j.parked {
 			return nil, nil, time.Time{}
 		}
-		if hold := j.Arrival.Add(StartHold); now.Before(hold) {
+		// A retried or recycled admission already started once: it does not wait again.
+		if hold := j.Arrival.Add(StartHold); now.Before(hold) && !j.Retried && !j.Recycled {
 			return nil, nil, hold
 		}
 		return j, q.CheckHead(now, j), time.Time{}

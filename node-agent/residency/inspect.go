@@ -19,6 +19,7 @@ package residency
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Inspection is a copy of the core's state for tests and the simulator's failure reports.
@@ -41,6 +42,9 @@ type JobInfo struct {
 	Waiters []Ticket
 	Parked  bool
 	Retried bool
+	// Kind and Cost are the job's prediction: a compile or a load from aned's cache.
+	Kind string
+	Cost time.Duration
 }
 
 // ModelInfo is one loaded model.
@@ -69,11 +73,13 @@ func (c *Core) Inspect() Inspection {
 	out := Inspection{Used: c.used, Budget: c.budget, Starved: c.starved, Waiting: len(c.waiters), Blocked: len(c.blocked),
 		Models: map[string]ModelInfo{}}
 	if j := c.queue.Running(); j != nil {
-		out.Running = &JobInfo{Owner: j.Owner, Rung: j.Shape.Rung, Waiters: j.Waiters(), Retried: j.Retried}
+		out.Running = &JobInfo{Owner: j.Owner, Rung: j.Shape.Rung, Waiters: j.Waiters(), Retried: j.Retried,
+			Kind: j.Prediction.Kind.String(), Cost: j.Prediction.Cost}
 		out.Held = c.queue.Failed()
 	}
 	for _, j := range c.queue.Queued() {
-		out.Queued = append(out.Queued, JobInfo{Owner: j.Owner, Rung: j.Shape.Rung, Waiters: j.Waiters(), Parked: j.Parked(), Retried: j.Retried})
+		out.Queued = append(out.Queued, JobInfo{Owner: j.Owner, Rung: j.Shape.Rung, Waiters: j.Waiters(), Parked: j.Parked(), Retried: j.Retried,
+			Kind: j.Prediction.Kind.String(), Cost: j.Prediction.Cost})
 	}
 	for _, lane := range c.lanes {
 		m := c.models[lane]
