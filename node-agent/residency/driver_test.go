@@ -131,7 +131,10 @@ func (d *driver) admit(lane string, rung int) Admit {
 	return take(d, fmt.Sprintf("Admit %s/%d", lane, rung), func(a Admit) bool { return a.Gen.Lane == lane && a.Rung == rung })
 }
 
-var counts = func() Admission { zero, layers := 0, 22; return Admission{CacheHitLayers: &zero, CompiledLayers: &layers} }
+var counts = func() Admission {
+	zero, layers := 0, 22
+	return Admission{CacheHitLayers: &zero, CompiledLayers: &layers}
+}
 
 // lease makes rung of lane resident (admitting it if need be) and returns a held lease.
 func (d *driver) lease(lane string, rung int) *Cell {
