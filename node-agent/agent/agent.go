@@ -301,10 +301,21 @@ func addrsOf(lns []net.Listener) []string {
 // retireAll unloads every lane: their workers exit before the agent does.
 func (a *Agent) retireAll(ctx context.Context) {
 	for _, key := range a.sup.Lanes() {
-		a.serve.RemoveLane(key)
-		if err := a.sup.Retire(ctx, key); err != nil {
-			a.cfg.Log.Error(err, "retiring a lane on the way out", "lane", key)
-		}
+		a.unloadLane(ctx, key)
+	}
+}
+
+// unloadLane takes a lane out of serving and retires it, within ctx: new calls are refused at
+// once; the supervisor answers the calls that wait for an admission lane_retired and drains the
+// exchanges in flight; then the calls still finishing are waited for. Nothing waits past ctx,
+// and no call waits for an admission that may take minutes.
+func (a *Agent) unloadLane(ctx context.Context, key string) {
+	a.serve.StopLane(key)
+	if err := a.sup.Retire(ctx, key); err != nil {
+		a.cfg.Log.Error(err, "retiring a lane", "lane", key)
+	}
+	if err := a.serve.RemoveLane(ctx, key); err != nil {
+		a.cfg.Log.Error(err, "taking a lane out of serving", "lane", key)
 	}
 }
 

@@ -320,10 +320,7 @@ func (a *Agent) unload(ctx context.Context, key types.NamespacedName, forget boo
 	}
 	a.mu.Unlock()
 	if wasLoaded {
-		a.serve.RemoveLane(l.key)
-		if err := a.sup.Retire(ctx, l.key); err != nil {
-			a.cfg.Log.Error(err, "retiring a lane", "lane", l.key)
-		}
+		a.unloadLane(ctx, l.key)
 	}
 	a.wake()
 }

@@ -76,6 +76,8 @@ type Server struct {
 
 type laneState struct {
 	Lane
+	// stopped: the lane is being unloaded; new calls are refused lane_retired.
+	stopped bool
 	permits chan struct{}
 	// guard counts the calls using the lane, so it is not unloaded under them.
 	guard sync.WaitGroup
@@ -98,15 +100,44 @@ func (s *Server) AddLane(l Lane) {
 	s.lanes[l.Name] = &laneState{Lane: l, permits: make(chan struct{}, l.MaxInflight)}
 }
 
-// RemoveLane stops new calls on a lane and waits for the running ones to let go.
-func (s *Server) RemoveLane(name string) {
+// StopLane refuses new calls on a lane (lane_retired) at once, without waiting for the running
+// ones: the agent stops the lane here, then retires it in the supervisor, which answers the
+// calls waiting for an admission lane_retired and drains those in an exchange.
+func (s *Server) StopLane(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.lanes[name]; l != nil {
+		l.stopped = true
+	}
+}
+
+// RemoveLane stops new calls on a lane and waits, until ctx ends, for the running ones to let
+// go. A call that is still running when ctx ends keeps what it holds until it finishes.
+func (s *Server) RemoveLane(ctx context.Context, name string) error {
 	s.mu.Lock()
 	l := s.lanes[name]
 	delete(s.lanes, name)
-	s.mu.Unlock()
 	if l != nil {
-		l.guard.Wait()
+		l.stopped = true
 	}
+	s.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	done := make(chan struct{})
+	go func() { l.guard.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("removing lane %s: %d calls still running: %w", name, s.inflightOf(l), ctx.Err())
+	}
+}
+
+func (s *Server) inflightOf(l *laneState) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return l.inflight
 }
 
 // Inflight reports how many tasks of lane still own resources.
@@ -142,12 +173,16 @@ type group struct {
 func (s *Server) Run(ctx context.Context, lane, task string, sequences [][]uint32, deadline time.Time) (*Result, error) {
 	s.mu.Lock()
 	l := s.lanes[lane]
-	if l != nil {
+	stopped := l != nil && l.stopped
+	if l != nil && !stopped {
 		l.guard.Add(1)
 	}
 	s.mu.Unlock()
 	if l == nil {
 		return nil, refusal.New(refusal.UnknownLane, lane, "no such lane is served on this node")
+	}
+	if stopped {
+		return nil, refusal.New(refusal.LaneRetired, lane, "the lane is being unloaded from this node")
 	}
 	groups, err := plan(l.Lane, task, sequences)
 	if err != nil {
@@ -155,12 +190,25 @@ func (s *Server) Run(ctx context.Context, lane, task string, sequences [][]uint3
 		return nil, err
 	}
 
-	// The execution permit bounds concurrent calls; waiting for one counts against the deadline.
+	// The execution permit bounds concurrent calls; waiting for one ends at the deadline.
+	if s.expired(deadline) {
+		l.guard.Done()
+		return nil, refusal.New(refusal.DeadlineExceeded, lane, "the request's deadline passed before it could run")
+	}
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		timer := s.clk.NewTimer(deadline.Sub(s.clk.Now()))
+		defer timer.Stop()
+		expired = timer.C()
+	}
 	select {
 	case l.permits <- struct{}{}:
 	case <-ctx.Done():
 		l.guard.Done()
 		return nil, s.ctxErr(ctx, lane, deadline)
+	case <-expired:
+		l.guard.Done()
+		return nil, refusal.New(refusal.DeadlineExceeded, lane, "the request's deadline passed while it waited for an execution permit")
 	}
 	s.mu.Lock()
 	l.inflight++

@@ -32,6 +32,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/fakeworker"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
 )
@@ -161,26 +162,61 @@ func TestCancelledDirectAneKeepsModulePermitAndInflightUntilReplyDrains(t *testi
 }
 
 func TestDirectAneWarmReplyAfterAbsoluteDeadlineIsDiscarded(t *testing.T) {
-	s, a := newFake(t)
-	a.exchangeDelay = 2 * time.Second // the reply comes after the deadline
-	_, err := s.Run(context.Background(), "gte", "embed", [][]uint32{tokens(10)}, epoch.Add(time.Second))
-	if refusal.CodeOf(err) != refusal.DeadlineExceeded || !strings.Contains(err.Error(), "discarded") {
-		t.Fatalf("got %v, want the late reply discarded", err)
+	l := newLive(t, 100)
+	l.lane("a")
+	if o := l.settle(l.call("a", 10, time.Time{}), time.Second); o.err != nil {
+		t.Fatal(o.err)
 	}
-	if a.released != 1 || len(a.faults) != 0 {
-		t.Fatalf("%s: want the lease released and no fault", a.snapshot())
+	w := l.sp.Get(t, "a", 1)
+	w.Lock()
+	w.ExchangeCost = 2 * time.Second // the reply comes after the deadline
+	w.Unlock()
+	c := l.call("a", 10, l.clk.Now().Add(time.Second))
+	eventually(t, "the exchange runs", func() bool { return w.Exchanging() == 1 && l.clk.HasWaiters() })
+	l.clk.Step(2 * time.Second)
+	o := waitAnswer(t, c)
+	if refusal.CodeOf(o.err) != refusal.DeadlineExceeded || !strings.Contains(o.err.Error(), "discarded") {
+		t.Fatalf("got %v, want the late reply discarded", o.err)
+	}
+	// The lease was released after the reply drained, and the healthy worker was not faulted.
+	eventually(t, "the call let go", func() bool { return l.srv.Inflight("a") == 0 })
+	if n := l.sp.Spawned("a"); n != 1 || !slices.Contains(w.Calls(), "exchange 128") {
+		t.Fatalf("%d workers spawned, calls %v: want the exchange drained on the one worker", n, w.Calls())
+	}
+	if o := l.settle(l.call("a", 10, time.Time{}), 3*time.Second); o.err != nil {
+		t.Fatalf("the shape is not leased free again: %v", o.err)
 	}
 }
 
 func TestDirectAneColdAdmissionAfterAbsoluteDeadlineIsDrainedWithoutInference(t *testing.T) {
-	s, a := newFake(t)
-	a.admitDelay = 5 * time.Second // the cold admission finishes after the deadline
-	_, err := s.Run(context.Background(), "gte", "embed", [][]uint32{tokens(10), tokens(300)}, epoch.Add(time.Second))
-	if refusal.CodeOf(err) != refusal.DeadlineExceeded {
-		t.Fatalf("got %v, want deadline_exceeded", err)
+	l := newLive(t, 100)
+	l.sp.ReportCached([]int{128}) // predicted a quick load from aned's cache...
+	l.sp.Configure = func(w *fakeworker.Worker) {
+		w.Reply = embedReply(w.Lane)
+		w.AdmitCost[128] = 5 * time.Second // ...which the device has to compile after all
 	}
-	if a.exchanges != 0 || a.released != 1 || !slices.Equal(a.acquired, []int{128}) {
-		t.Fatalf("%s: want the admission drained, no inference and no later bucket", a.snapshot())
+	l.lane("a")
+	c := l.call("a", 10, l.clk.Now().Add(time.Second))
+	eventually(t, "the admission is queued", func() bool { return l.sup.Node().QueueLength == 1 })
+	l.step(50 * time.Millisecond)
+	w := l.sp.Get(t, "a", 1)
+	eventually(t, "the admission runs", func() bool { return slices.Equal(w.Calls(), []string{"admit 128"}) })
+	l.clk.Step(time.Second)
+	if o := waitAnswer(t, c); refusal.CodeOf(o.err) != refusal.DeadlineExceeded {
+		t.Fatalf("got %v, want deadline_exceeded", o.err)
+	}
+	// The admission is not abandoned: it finishes, and its shape stays resident for the next
+	// request; but no inference runs for the call that gave up, and no later bucket starts.
+	l.clk.Step(5 * time.Second)
+	eventually(t, "the admission finished", func() bool {
+		snap, _ := l.sup.Snapshot("a")
+		return slices.Equal(snap.Resident, []int{128})
+	})
+	if calls := w.Calls(); !slices.Equal(calls, []string{"admit 128"}) {
+		t.Fatalf("worker calls %v: want the admission drained and nothing run", calls)
+	}
+	if l.srv.Inflight("a") != 0 {
+		t.Fatal("the call still holds something")
 	}
 }
 

@@ -69,6 +69,11 @@ type Worker struct {
 	AdmitErrs []error
 	// ProbeGate, when set, holds every probe until it is closed.
 	ProbeGate chan struct{}
+	// ExchangeCost is how long an exchange takes on the fake clock.
+	ExchangeCost time.Duration
+	// Reply, if set, makes an exchange's reply from its payload (the default echoes it after
+	// "<lane>/<rung>:").
+	Reply func(rung int, payload []byte) ([]byte, error)
 
 	evictedAt  map[int]time.Time
 	exited     chan struct{}
@@ -182,7 +187,7 @@ func (w *Worker) Evict(ctx context.Context, rung int) error {
 func (w *Worker) Exchange(ctx context.Context, rung int, payload []byte) ([]byte, error) {
 	w.record("exchange %d", rung)
 	w.Lock()
-	gate := w.ExchangeGate
+	gate, cost, reply := w.ExchangeGate, w.ExchangeCost, w.Reply
 	w.exchanging++
 	w.Unlock()
 	defer func() { w.Lock(); w.exchanging--; w.Unlock() }()
@@ -193,8 +198,18 @@ func (w *Worker) Exchange(ctx context.Context, rung int, payload []byte) ([]byte
 			return nil, ErrBrokenPipe
 		}
 	}
+	if cost > 0 {
+		select {
+		case <-w.clk.After(cost):
+		case <-w.exited:
+			return nil, ErrBrokenPipe
+		}
+	}
 	if err := w.take(&w.NextExchangeErr); err != nil {
 		return nil, err
+	}
+	if reply != nil {
+		return reply(rung, payload)
 	}
 	return append([]byte(fmt.Sprintf("%s/%d:", w.Lane, rung)), payload...), nil
 }
