@@ -53,6 +53,7 @@ import (
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/httpapi"
+	"github.com/ck-synapse/synapse-fleet/node-agent/logwarn"
 	"github.com/ck-synapse/synapse-fleet/node-agent/serving"
 	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
 )
@@ -88,8 +89,12 @@ type Config struct {
 	LeaseDuration time.Duration
 	// StatusInterval is the least time between two status writes of one object.
 	StatusInterval time.Duration
-	Clock          clock.WithTicker
-	Log            logr.Logger
+	// CertifyObservation, if set, turns certify observation on: every StatusInterval the agent
+	// records the workers' inventories and the independent admission count there, as JSON,
+	// for synapse-certify. Ordinary serving leaves it empty and records nothing.
+	CertifyObservation string
+	Clock              clock.WithTicker
+	Log                logr.Logger
 }
 
 // Agent is one node's agent.
@@ -137,7 +142,7 @@ func New(cfg Config) *Agent {
 	}
 	a := &Agent{cfg: cfg, verifier: artifact.Verifier{Clock: cfg.Clock}, lanes: map[types.NamespacedName]*lane{}, kick: make(chan struct{}, 1), resync: make(chan event.GenericEvent, 1), probeKick: make(chan struct{}, 1), registry: prometheus.NewRegistry()}
 	a.sup = supervisor.New(supervisor.Config{Clock: cfg.Clock, Spawner: cfg.Host, Log: cfg.Log.WithName("supervisor"), Budget: cfg.Budget, LockPath: cfg.LockPath,
-		OnChange: a.wake})
+		Warn: logwarn.Func(cfg.Log.WithName("supervisor")), CertifyObservation: cfg.CertifyObservation != "", OnChange: a.wake})
 	a.serve = serving.New(serving.Supervised(a.sup), cfg.Clock)
 	a.api = httpapi.New(httpapi.Config{Node: cfg.NodeName, Catalog: a, Runner: a.serve, Admin: a, Clock: cfg.Clock, Registry: a.registry})
 	a.probeRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "synapse_agent_placement_probe_ratio",
@@ -234,6 +239,7 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 	goRun("lease", a.heartbeat)
 	goRun("status", a.writeStatus)
 	goRun("probe", a.probeLoop)
+	goRun("certify", a.recordObservations)
 	a.cfg.Log.Info("agent running", "node", a.cfg.NodeName, "listen", addrsOf(lns), "address", a.cfg.Address)
 
 	<-ctx.Done()

@@ -277,6 +277,11 @@ func (r *reconciler) retire(ctx context.Context, p *v1.LanePlacement) error {
 	a.setState(l, laneRetiring, nil)
 	a.writePlacementStatus(ctx, key) // say Retiring while the worker drains
 	a.unload(ctx, key, false)
+	if snap, loaded := a.sup.Snapshot(l.key); loaded && snap.Retiring {
+		// The unload gave up waiting (its context ended) before the worker's exit was
+		// confirmed: the retirement goes on, and the finalizer stays until it is done.
+		return fmt.Errorf("placement %s: lane %s is still retiring; its worker's exit is not confirmed yet", key, l.key)
+	}
 	if controllerutil.ContainsFinalizer(p, v1.FinalizerRetirement) {
 		stored := p.DeepCopy()
 		controllerutil.RemoveFinalizer(p, v1.FinalizerRetirement)

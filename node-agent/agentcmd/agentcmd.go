@@ -50,7 +50,7 @@ type options struct {
 	nodeName, stateDir, lockPath, workerBinary, backend string
 	advertise, macOSBuild, chip, signingID              string
 	listen                                              []string
-	artifactRoot, chipFamily                            string
+	artifactRoot, chipFamily, certifyObservation        string
 	labels                                              map[string]string
 	simScale                                            float64
 	budget                                              int
@@ -95,6 +95,7 @@ explicitly (--backend sim): an agent never switches to it on its own.`,
 	f.IntVar(&o.budget, "budget", 0, "the machine's layer executables (default 100)")
 	f.DurationVar(&o.leaseDuration, "lease-duration", 30*time.Second, "the node Lease's duration; it is renewed every third of it")
 	f.DurationVar(&o.statusInterval, "status-interval", time.Second, "the least time between two status writes of one object")
+	f.StringVar(&o.certifyObservation, "certify-observation", "", "backend certification only: record the workers' inventories and the independent admission count to this file every status interval, for synapse-certify")
 	gf := flag.NewFlagSet("", flag.ContinueOnError)
 	zapOpts.BindFlags(gf)
 	f.AddGoFlagSet(gf)
@@ -186,6 +187,7 @@ func run(cmd *cobra.Command, o options) error {
 		Worker:       v1.NodeWorker{SigningIdentifier: o.signingID, BinaryDigest: v1.Sha256Digest(digest), ProtocolVersion: 3, Backend: v1.WorkerBackend(o.backend)},
 		ArtifactRoot: o.artifactRoot, ChipFamily: family, ConverterVersion: converter,
 		Budget: o.budget, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval, Address: o.advertise, Listen: o.listen, Host: host, LockPath: o.lockPath, Clock: clk, Log: log,
+		CertifyObservation: o.certifyObservation,
 	})
 	ctx, cancel := context.WithCancel(ctrl.SetupSignalHandler())
 	defer cancel()

@@ -69,16 +69,20 @@ type Worker struct {
 	AdmitErrs []error
 	// ProbeGate, when set, holds every probe until it is closed.
 	ProbeGate chan struct{}
+	// InventoryGate, when set, holds every inventory until it is closed.
+	InventoryGate chan struct{}
 	// ExchangeCost is how long an exchange takes on the fake clock.
 	ExchangeCost time.Duration
 	// Reply, if set, makes an exchange's reply from its payload (the default echoes it after
 	// "<lane>/<rung>:").
 	Reply func(rung int, payload []byte) ([]byte, error)
 
-	evictedAt  map[int]time.Time
-	exited     chan struct{}
-	exitOnce   sync.Once
-	exchanging int
+	evictedAt        map[int]time.Time
+	inventoryWaiting bool
+	inventoryCtxErr  error
+	exited           chan struct{}
+	exitOnce         sync.Once
+	exchanging       int
 }
 
 func (w *Worker) record(format string, args ...any) {
@@ -216,10 +220,35 @@ func (w *Worker) Exchange(ctx context.Context, rung int, payload []byte) ([]byte
 
 // Inventory implements residency.Worker.
 func (w *Worker) Inventory(ctx context.Context) ([]int, error) {
+	w.Lock()
+	gate := w.InventoryGate
+	w.inventoryWaiting = gate != nil
+	w.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	w.Lock()
+	w.inventoryWaiting, w.inventoryCtxErr = false, ctx.Err()
+	w.Unlock()
 	if err := w.take(&w.NextInventoryErr); err != nil {
 		return nil, err
 	}
 	return w.Resident(), nil
+}
+
+// InventoryWaiting reports whether an inventory call waits at InventoryGate.
+func (w *Worker) InventoryWaiting() bool {
+	w.Lock()
+	defer w.Unlock()
+	return w.inventoryWaiting
+}
+
+// LastInventoryCtxErr is the error of the last inventory call's context when it answered: a
+// call cut short by its caller sees it cancelled.
+func (w *Worker) LastInventoryCtxErr() error {
+	w.Lock()
+	defer w.Unlock()
+	return w.inventoryCtxErr
 }
 
 // Resident lists the rungs the worker holds.
