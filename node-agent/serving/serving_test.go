@@ -31,8 +31,8 @@ import (
 	"github.com/onsi/gomega"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
 	"github.com/ck-synapse/synapse-fleet/node-agent/internal/fakeworker"
+	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
 )
