@@ -26,7 +26,7 @@ import (
 var (
 	seed     = flag.Uint64("seed", 0, "replay this one seed (0: run -seeds seeds from -first)")
 	first    = flag.Uint64("first", 1, "the first seed of a run of seeds")
-	seeds    = flag.Int("seeds", 400, "how many seeds to run")
+	seeds    = flag.Int("seeds", 200, "how many seeds to run")
 	duration = flag.Duration("duration", 0, "run seeds until this much time has passed (overrides -seeds)")
 	traceLen = flag.Int("tracelen", 80, "how many of the last steps a failure shows")
 )
