@@ -102,20 +102,6 @@ func TestRetriedCompilesAndPackedProgramsAreNeverLearned(t *testing.T) {
 	}
 }
 
-func TestWithoutCacheReportsEveryRungIsPredictedAndLearnedAsACompile(t *testing.T) {
-	// A worker that sends neither ane_cached_shapes nor cache_hit_layers/compiled_layers: the
-	// supervisor never marks a rung cached and reports every admission as a compile.
-	m := NewCostModel()
-	s := Shape{"gte", 128}
-	if p := m.Predict(s, 22, false); p.Kind != Compile {
-		t.Fatalf("got %+v, want a compile", p)
-	}
-	m.Observe(Observation{Shape: s, Layers: 22, Duration: 100 * time.Millisecond, Kind: Compile})
-	if p := m.Predict(s, 22, false); p.Kind != Compile || p.Cost != 100*time.Millisecond {
-		t.Fatalf("got %+v, want the learned compile", p)
-	}
-}
-
 func near(a, b time.Duration) bool {
 	d := a - b
 	if d < 0 {

@@ -98,7 +98,7 @@ func (c *Core) quiet(m *model) bool {
 			return false
 		}
 	}
-	return m.idle()
+	return true
 }
 
 // prewarmAdmitted records a prewarm admission that loaded its rung.

@@ -178,6 +178,7 @@ func TestServingIoFaultRecoversAndRetireRefundsOnlyAfterExit(t *testing.T) {
 	}
 	retired := make(chan error, 1)
 	go func() { retired <- f.sup.Retire(context.Background(), laneName) }()
+	eventually(t, "the retirement began", func() bool { snap, _ := f.sup.Snapshot(laneName); return snap.Retiring })
 	// In-flight work holds the worker: nothing is refunded before its exit.
 	if used := f.sup.Used(); used != 44 {
 		t.Fatalf("charged %d while retiring with a lease held, want 44", used)

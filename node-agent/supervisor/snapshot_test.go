@@ -24,6 +24,7 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
 	"github.com/ck-synapse/synapse-fleet/node-agent/internal/fakeworker"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
 func TestSnapshotReportsAdmissionProgressResidencyAndFaults(t *testing.T) {
@@ -79,4 +80,58 @@ func TestSnapshotReportsAdmissionProgressResidencyAndFaults(t *testing.T) {
 	if lanes := h.s.Lanes(); !slices.Equal(lanes, []string{"a"}) {
 		t.Fatalf("lanes %v", lanes)
 	}
+}
+
+// TestWithoutCacheReportsEveryRungIsPredictedAndLearnedAsACompile drives a worker that sends
+// neither ane_cached_shapes nor cache_hit_layers/compiled_layers: no rung is marked cached,
+// every admission is predicted as a compile, and its time is learned as one.
+func TestWithoutCacheReportsEveryRungIsPredictedAndLearnedAsACompile(t *testing.T) {
+	h := newHarness(t, 100)
+	h.spawner.Configure = func(w *fakeworker.Worker) {
+		w.OmitCounts = true
+		w.AdmitCost[128] = 3 * time.Second
+	}
+	h.load("a", func(s *ModelSpec) { s.MaxResidentShapes = 1 })
+	queued := func(rung int) residency.JobInfo {
+		t.Helper()
+		var job residency.JobInfo
+		eventually(t, "the admission is queued", h.state(func(i residency.Inspection) bool {
+			for _, j := range i.Queued {
+				if j.Owner == "a" && j.Rung == rung {
+					job = j
+					return true
+				}
+			}
+			return false
+		}))
+		return job
+	}
+	admitFor := func(n int) {
+		t.Helper()
+		h.step(50 * time.Millisecond)
+		eventually(t, "the admission reached the worker", func() bool { return len(admissions(h.spawner.Get(t, "a", 1))) == n })
+		h.clk.Step(3 * time.Second)
+	}
+	first := h.acquire("a", 128)
+	if j := queued(128); j.Kind != "compile" {
+		t.Fatalf("the first admission of 128 is predicted as a %s", j.Kind)
+	}
+	admitFor(1)
+	h.got(first).lease.Release()
+	if snap, _ := h.s.Snapshot("a"); len(snap.Cached) != 0 {
+		t.Fatalf("cached %v from a worker that reported nothing", snap.Cached)
+	}
+	// 256 takes 128's one slot; 128 asked again is predicted as a compile of the learned 3 s.
+	second := h.acquire("a", 256)
+	if j := queued(256); j.Kind != "compile" {
+		t.Fatalf("256 is predicted as a %s", j.Kind)
+	}
+	h.step(50 * time.Millisecond)
+	h.got(second).lease.Release()
+	third := h.acquire("a", 128)
+	if j := queued(128); j.Kind != "compile" || j.Cost != 3*time.Second {
+		t.Fatalf("128 again is predicted as a %s of %s, want a compile of the learned 3s", j.Kind, j.Cost)
+	}
+	admitFor(3)
+	h.got(third).lease.Release()
 }

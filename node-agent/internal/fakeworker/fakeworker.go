@@ -133,8 +133,17 @@ func (w *Worker) take(p *error) error {
 	return err
 }
 
-// Admit implements residency.Worker.
+// Admit implements residency.Worker. An admission with a cost starts its timer before it is
+// recorded, so a test that has seen the call may step the clock past it.
 func (w *Worker) Admit(ctx context.Context, rung int) (residency.Admission, error) {
+	w.Lock()
+	cost := w.AdmitCost[rung]
+	reporter := w.spawner.Progress
+	var done <-chan time.Time
+	if cost > 0 && len(w.AdmitErrs) == 0 && w.NextAdmitErr == nil {
+		done = w.clk.After(cost)
+	}
+	w.Unlock()
 	w.record("admit %d", rung)
 	w.Lock()
 	if len(w.AdmitErrs) > 0 {
@@ -147,16 +156,12 @@ func (w *Worker) Admit(ctx context.Context, rung int) (residency.Admission, erro
 	if err := w.take(&w.NextAdmitErr); err != nil {
 		return residency.Admission{}, err
 	}
-	w.Lock()
-	cost := w.AdmitCost[rung]
-	reporter := w.spawner.Progress
-	w.Unlock()
-	if cost > 0 {
+	if done != nil {
 		if reporter != nil {
 			reporter(ctx, 11) // half the layers, as a worker reporting progress does
 		}
 		select {
-		case <-w.clk.After(cost):
+		case <-done:
 		case <-w.exited:
 			return residency.Admission{}, ErrBrokenPipe
 		}
