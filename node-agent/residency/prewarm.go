@@ -98,7 +98,7 @@ func (c *Core) quiet(m *model) bool {
 			return false
 		}
 	}
-	return true
+	return m.idle()
 }
 
 // prewarmAdmitted records a prewarm admission that loaded its rung.
