@@ -35,7 +35,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,7 +78,8 @@ type Config struct {
 	// Scale multiplies every simulated duration; 1 is seed scale, 0.001 makes minutes into
 	// tenths of a second. Zero means 1.
 	Scale float64
-	// ProgramLimit is how many programs can be resident; zero means 120.
+	// ProgramLimit is how many programs the machine can hold resident, all processes together
+	// (with Dir set); zero means 120.
 	ProgramLimit int
 	// TempSpace is the free temporary space in bytes; zero means plenty.
 	TempSpace int64
@@ -90,6 +94,8 @@ type Config struct {
 
 // Machine is one simulated Mac: its Neural Engine and its aned.
 type Machine struct {
+	// id tells this machine's residency record from other stand-ins in the same process.
+	id       int64
 	clk      clock.Clock
 	scale    float64
 	limit    int
@@ -119,9 +125,11 @@ type Faults struct {
 	CorruptNextCachedLoad bool
 }
 
+var machines atomic.Int64
+
 // New returns a machine with an empty cache and nothing resident.
 func New(cfg Config) *Machine {
-	m := &Machine{clk: cfg.Clock, scale: cfg.Scale, limit: cfg.ProgramLimit, srcBytes: cfg.LayerSourceBytes,
+	m := &Machine{id: machines.Add(1), clk: cfg.Clock, scale: cfg.Scale, limit: cfg.ProgramLimit, srcBytes: cfg.LayerSourceBytes,
 		cache: map[cacheKey]bool{}, tempFree: cfg.TempSpace, dir: cfg.Dir}
 	if m.scale == 0 {
 		m.scale = 1
@@ -250,24 +258,84 @@ func (m *Machine) Load(ctx context.Context, signingID string, l Layer) (Outcome,
 	return Outcome{}, m.place()
 }
 
-// place takes a resident program slot.
+// place takes a resident program slot. The limit is the machine's, as aned's is: with Dir set,
+// the programs every live process of the machine holds count against it.
 func (m *Machine) place() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.resident >= m.limit {
-		return ErrResourcesExhausted
+	if m.dir == "" {
+		if m.resident >= m.limit {
+			return ErrResourcesExhausted
+		}
+		m.resident++
+		return nil
 	}
-	m.resident++
-	return nil
+	return m.withResidency(func(others int) error {
+		if others+m.resident >= m.limit {
+			return ErrResourcesExhausted
+		}
+		m.resident++
+		return nil
+	})
 }
 
 // Unload releases a resident program slot.
 func (m *Machine) Unload() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.resident > 0 {
-		m.resident--
+	if m.resident == 0 {
+		return
 	}
+	if m.dir == "" {
+		m.resident--
+		return
+	}
+	_ = m.withResidency(func(int) error { m.resident--; return nil })
+}
+
+// withResidency runs f under the machine-wide residency lock with the programs the machine's
+// other live processes hold, then records this process's count. A process that died holds
+// nothing: the device frees a process's programs when it ends.
+func (m *Machine) withResidency(f func(others int) error) error {
+	dir := filepath.Join(m.dir, "resident")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	lock, err := os.OpenFile(filepath.Join(m.dir, "resident.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("taking the residency lock: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	self := fmt.Sprintf("%d-%d", os.Getpid(), m.id)
+	others := 0
+	for _, e := range entries {
+		pidText, _, _ := strings.Cut(e.Name(), "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || e.Name() == self {
+			continue
+		}
+		if syscall.Kill(pid, 0) == syscall.ESRCH {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+		others += n
+	}
+	if err := f(others); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, self), []byte(strconv.Itoa(m.resident)), 0o644)
 }
 
 func (m *Machine) compile(ctx context.Context, key cacheKey, l Layer) error {

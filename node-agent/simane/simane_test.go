@@ -210,3 +210,28 @@ func TestTheOnDiskCacheSurvivesTheProcessAndIsSharedByTheMachine(t *testing.T) {
 		t.Fatalf("the restarted worker compiled %d layers its predecessor had compiled", compiles)
 	}
 }
+
+func TestTheProgramLimitIsTheMachinesNotEachProcesses(t *testing.T) {
+	dir := t.TempDir()
+	clk := clocktesting.NewFakeClock(time.Now())
+	// Two stand-ins sharing the machine's state, as two worker processes do: 3 programs in all.
+	a := New(Config{Clock: clk, Scale: 1e-9, ProgramLimit: 3, Dir: dir})
+	b := New(Config{Clock: clk, Scale: 1e-9, ProgramLimit: 3, Dir: dir})
+	ctx := context.Background()
+	layer := func(i int) Layer { return Layer{Model: "m", Index: i, Rung: 128, WeightsDigest: "w"} }
+	for i := range 2 {
+		if _, err := a.Load(ctx, "id", layer(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Load(ctx, "id", layer(2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Load(ctx, "id", layer(3)); !errors.Is(err, ErrResourcesExhausted) {
+		t.Fatalf("a fourth program on a machine of three: %v, want resources exhausted", err)
+	}
+	a.Unload()
+	if _, err := b.Load(ctx, "id", layer(3)); err != nil {
+		t.Fatalf("after another process released one: %v", err)
+	}
+}

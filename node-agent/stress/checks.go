@@ -71,11 +71,26 @@ func noLeasedEviction(tl []TimelineEvent) Check {
 	return Check{Name: "no-leased-eviction", Passed: true}
 }
 
-// budgetHeld: the charged executables never exceeded the budget.
+// budgetHeld: the charged executables never exceeded the budget, and what the supervisor says
+// it charged always equals the charges recomputed from scratch from the timeline: every
+// reservation, less every acknowledged eviction and every refund.
 func budgetHeld(tl []TimelineEvent, budget int) Check {
+	charged := 0
 	for _, e := range tl {
-		if e.Used > budget {
-			return Check{Name: "budget", Detail: fmt.Sprintf("%d executables charged at %.1f ms", e.Used, e.Ms)}
+		switch e.Event {
+		case "reservation":
+			charged += e.Charge
+		case "eviction_ack", "refund":
+			charged -= e.Charge
+		default:
+			continue
+		}
+		if charged != e.Used {
+			return Check{Name: "budget", Detail: fmt.Sprintf("%s of %s/%d at %.1f ms: the supervisor charges %d, the timeline adds up to %d",
+				e.Event, e.Model, e.Shape, e.Ms, e.Used, charged)}
+		}
+		if charged > budget || charged < 0 {
+			return Check{Name: "budget", Detail: fmt.Sprintf("%d executables charged at %.1f ms, of %d", charged, e.Ms, budget)}
 		}
 	}
 	return Check{Name: "budget", Passed: true}

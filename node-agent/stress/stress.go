@@ -59,7 +59,10 @@ type Config struct {
 	// AdmissionBound is the test-only admission-wait backstop (the seed's 2100 s), not a
 	// production deadline change.
 	AdmissionBound time.Duration
-	Log            logr.Logger
+	// ProgramLimit, if set, is the stand-in device's machine-wide program limit (120 if zero):
+	// set it under the supervisor's budget and the no-resource-refusal check must fire.
+	ProgramLimit int
+	Log          logr.Logger
 }
 
 // Report is the schema 2 report.
@@ -95,7 +98,10 @@ type TimelineEvent struct {
 	Shape     int     `json:"shape"`
 	Ticket    uint64  `json:"ticket,omitempty"`
 	RPC       string  `json:"rpc,omitempty"`
-	Used      int     `json:"used,omitempty"`
+	// Charge is what a reservation, an eviction's acknowledgement or a refund moved; Used the
+	// executables charged after it.
+	Charge int `json:"charge,omitempty"`
+	Used   int `json:"used,omitempty"`
 }
 
 // Latency compares a scenario's request with its standalone time.
@@ -139,7 +145,13 @@ type rig struct {
 
 func newRig(ctx context.Context, cfg Config, dir string, start time.Time) (*rig, error) {
 	r := &rig{cfg: cfg, start: start}
-	host := workerhost.New(workerhost.Config{Binary: cfg.WorkerBinary, Backend: "sim", StateDir: dir, SimScale: cfg.Scale, Log: cfg.Log})
+	host := workerhost.New(workerhost.Config{Binary: cfg.WorkerBinary, Backend: "sim", StateDir: dir, SimScale: cfg.Scale, Log: cfg.Log,
+		Env: func(string, int64) []string {
+			if cfg.ProgramLimit == 0 {
+				return nil
+			}
+			return []string{fmt.Sprintf("SYNAPSE_SIM_PROGRAM_LIMIT=%d", cfg.ProgramLimit)}
+		}})
 	r.sup = supervisor.New(supervisor.Config{Clock: clock.RealClock{}, Spawner: host, Log: cfg.Log, Trace: r.record})
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -169,7 +181,7 @@ func (r *rig) record(e supervisor.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, TimelineEvent{Ms: ms(e.At.Sub(r.start)), Event: string(e.Kind), RequestID: e.RequestID,
-		Model: e.Lane, Shape: e.Rung, Ticket: e.Ticket, RPC: e.RPC, Used: e.Used})
+		Model: e.Lane, Shape: e.Rung, Ticket: e.Ticket, RPC: e.RPC, Charge: e.Charge, Used: e.Used})
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

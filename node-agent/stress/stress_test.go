@@ -63,3 +63,35 @@ func TestEveryCaseRunsAndTheSafetyChecksPass(t *testing.T) {
 		})
 	}
 }
+
+// TestTheSafetyChecksCanFail feeds the checks what a broken supervisor or device would
+// produce, and runs a case on a device that holds fewer programs than the supervisor's budget:
+// a check that cannot fail proves nothing.
+func TestTheSafetyChecksCanFail(t *testing.T) {
+	t.Run("budget", func(t *testing.T) {
+		overcharged := []TimelineEvent{{Event: "reservation", Charge: 60, Used: 60}, {Event: "reservation", Charge: 60, Used: 120}}
+		undercounted := []TimelineEvent{{Event: "reservation", Charge: 22, Used: 22}, {Event: "refund", Charge: 22, Used: 0},
+			{Event: "eviction_ack", Charge: 22, Used: 0}}
+		for _, tl := range [][]TimelineEvent{overcharged, undercounted} {
+			if c := budgetHeld(tl, 100); c.Passed {
+				t.Fatalf("budgetHeld passed %+v", tl)
+			}
+		}
+	})
+	t.Run("no-resource-refusal", func(t *testing.T) {
+		// 25 programs: one gte shape (22 layers) fits, a qwen shape (28) never does.
+		rep, err := Run(context.Background(), Config{Case: "residency-safety", WorkerBinary: workerBinary, StateDir: t.TempDir(),
+			Scale: 0.0002, ProgramLimit: 25, Log: logr.Discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range rep.Checks {
+			if c.Name == "no-resource-refusal" && c.Passed {
+				t.Fatalf("no request was refused for resources on a device of 25 programs: %+v", rep.Checks)
+			}
+		}
+		if rep.Passed {
+			t.Fatal("the report passed")
+		}
+	})
+}

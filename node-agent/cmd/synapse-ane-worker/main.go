@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"k8s.io/utils/clock"
@@ -42,15 +43,31 @@ func main() {
 	simScale := flag.Float64("sim-scale", 1, "sim: multiplies every simulated compile and load time")
 	faults := flag.String("faults", os.Getenv("SYNAPSE_WORKER_FAULTS"), "test faults, for example crash:admit:2,malformed:execute:1,hang:evict:1")
 	probeRatio := flag.String("sim-probe-ratio", os.Getenv("SYNAPSE_SIM_PROBE_RATIO"), "sim: the device-to-CPU ratio the placement probe reports, for every rung (0.97) or single rungs (512=0.97); default 0.4, above 0.8 fails the probe")
+	programLimit := flag.Int("sim-program-limit", envInt("SYNAPSE_SIM_PROGRAM_LIMIT"), "sim: how many programs the machine holds resident, all workers together (default 120)")
 	flag.Parse()
 
-	if err := run(*backend, *stateDir, *signingID, *simScale, *probeRatio, *faults); err != nil {
+	if err := run(*backend, *stateDir, *signingID, *simScale, *programLimit, *probeRatio, *faults); err != nil {
 		fmt.Fprintln(os.Stderr, "synapse-ane-worker:", err)
 		os.Exit(2)
 	}
 }
 
-func run(backendName, stateDir, signingID string, simScale float64, probeRatio, faultSpec string) error {
+// envInt reads an integer setting from the environment; unset or malformed reads as 0 (the
+// default), and a malformed one is said on stderr.
+func envInt(name string) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		fmt.Fprintf(os.Stderr, "synapse-ane-worker: %s=%q is not a count; using the default\n", name, v)
+		return 0
+	}
+	return n
+}
+
+func run(backendName, stateDir, signingID string, simScale float64, programLimit int, probeRatio, faultSpec string) error {
 	f, err := worker.ParseFaults(faultSpec)
 	if err != nil {
 		return err
@@ -67,7 +84,7 @@ func run(backendName, stateDir, signingID string, simScale float64, probeRatio, 
 		}
 	case "sim":
 		b = &worker.Sim{
-			Machine:     simane.New(simane.Config{Clock: clock.RealClock{}, Scale: simScale, Dir: stateDir}),
+			Machine:     simane.New(simane.Config{Clock: clock.RealClock{}, Scale: simScale, Dir: stateDir, ProgramLimit: programLimit}),
 			SigningID:   signingID,
 			Clock:       clock.RealClock{},
 			ProbeRatio:  ratio,

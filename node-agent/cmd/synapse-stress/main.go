@@ -42,6 +42,7 @@ func main() {
 	flag.StringVar(&cfg.StateDir, "state-dir", "", "where each scenario keeps its cold aned cache (default: a temporary folder)")
 	flag.Float64Var(&cfg.Scale, "sim-scale", 0.001, "multiplies the sim's compile and load times; 1 is the seed's scale")
 	flag.DurationVar(&cfg.AdmissionBound, "admission-bound", 2100*time.Second, "the test-only admission-wait backstop")
+	flag.IntVar(&cfg.ProgramLimit, "sim-program-limit", 0, "the stand-in device's machine-wide program limit (default 120); below the budget, resource refusals happen")
 	flag.StringVar(&out, "report", "-", "where to write the JSON report (- for standard output)")
 	flag.Parse()
 	cfg.Log = logr.Discard()
