@@ -93,6 +93,14 @@ stress: build ## Run a residency stress case (CASE=residency-safety|cold-through
 	$(LOCALBIN)/synapse-stress --case $(CASE) --sim-scale $(SIM_SCALE) --worker $(LOCALBIN)/synapse-ane-worker --report $(LOCALBIN)/stress-$(CASE).json
 	@echo "report: $(LOCALBIN)/stress-$(CASE).json"
 
+SEEDS ?= 10000
+FIRST_SEED ?= 1
+
+.PHONY: simulate
+simulate: ## Drive the residency core through SEEDS seeded schedules (or for DURATION, e.g. 1h), checking every invariant after every step; SEED=n replays one.
+	go test -count=1 -timeout 0 -v -run '^TestSimulation$$' ./node-agent/residency/simulation -args \
+		$(if $(SEED),-seed $(SEED) -tracelen 400,$(if $(DURATION),-duration $(DURATION),-seeds $(SEEDS))) -first $(FIRST_SEED)
+
 FUZZTIME ?= 10m
 
 .PHONY: fuzz
