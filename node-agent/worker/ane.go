@@ -267,6 +267,7 @@ func (a *ANE) Admit(ctx context.Context, rung uint32) (adm Admission, err error)
 			closeRest(i)
 			return fail(err)
 		}
+		layerStart := a.Clock.Now()
 		compiled := false
 		if !held[i] {
 			if err := a.compile(p, refs[i].Program); err != nil {
@@ -308,6 +309,7 @@ func (a *ANE) Admit(ctx context.Context, rung uint32) (adm Admission, err error)
 		} else {
 			adm.CacheHit++
 		}
+		adm.LayerLoads = append(adm.LayerLoads, LayerLoad{Layer: i, Origin: originOf(!compiled), Took: a.Clock.Since(layerStart)})
 		reportProgress(ctx, adm.Layers, n)
 	}
 	a.resident[rung] = r

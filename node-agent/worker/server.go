@@ -51,6 +51,23 @@ type Backend interface {
 type Admission struct {
 	Layers, CacheHit, Compiled int
 	Took                       time.Duration
+	// LayerLoads say how each layer became resident, in order, for the admit profile.
+	LayerLoads []LayerLoad
+}
+
+// LayerLoad is how one layer became resident: loaded from aned's cache or compiled, and how
+// long it took.
+type LayerLoad struct {
+	Layer  int
+	Origin string // "cache" or "compile"
+	Took   time.Duration
+}
+
+func originOf(fromCache bool) string {
+	if fromCache {
+		return "cache"
+	}
+	return "compile"
 }
 
 // Error is a refusal the worker answers with an Error frame: the request did not run and the
@@ -70,6 +87,8 @@ type Server struct {
 	Identity Identity
 	// Stderr receives the admission and cache-check lines.
 	Stderr io.Writer
+	// Profile, if set, receives one admit profile record per admission (SYNAPSE_ANE_PROFILE_DIR).
+	Profile io.Writer
 	// Faults injects failures for tests (see ParseFaults).
 	Faults *Faults
 	// Exit ends the process for a crash fault.
@@ -195,6 +214,7 @@ func (s *Server) handle(ctx context.Context, req *pb.Request) *pb.Response {
 		}
 		fmt.Fprintf(s.Stderr, "ane-direct shape admission: shape=%d layers_loaded=%d cache_hit=%d compiled=%d total_ms=%.1f outcome=%s\n",
 			b.Admit.Rung, a.CacheHit+a.Compiled, a.CacheHit, a.Compiled, ms(a.Took), outcome)
+		s.profileAdmit(b.Admit.Rung, a, outcome)
 		if err != nil {
 			return fail(err)
 		}

@@ -19,6 +19,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -240,5 +241,55 @@ func TestADeviceCallThatNeverReturnsEndsTheWorker(t *testing.T) {
 	)
 	if code != 3 || !strings.Contains(stderr.String(), "device timeout") {
 		t.Fatalf("exit code %d, stderr %q: a worker whose device call never returned must exit for its replacement", code, stderr.String())
+	}
+}
+
+// TestTheAdmitProfileCarriesCacheHitsCompilesAndEveryLayersLoad: with a profile folder set,
+// every admission writes one record with the seed's cache_hit and compiled counts and a
+// layer_loads row per layer, with its origin and time.
+func TestTheAdmitProfileCarriesCacheHitsCompilesAndEveryLayersLoad(t *testing.T) {
+	machine := simane.New(simane.Config{Clock: clock.RealClock{}, Scale: 0.00001})
+	var profile bytes.Buffer
+	serve := func() {
+		s := &Server{Backend: &Sim{Machine: machine, SigningID: "synapse-ane-worker", Clock: clock.RealClock{}},
+			Identity: Identity{Backend: "sim"}, Stderr: io.Discard, Profile: &profile, Exit: func(int) {}}
+		converse(t, s,
+			&pb.Request{Id: 1, Body: &pb.Request_Load{Load: &pb.Load{Identity: "gte", Layers: 4, Dimensions: 8, Rungs: []uint32{128}}}},
+			&pb.Request{Id: 2, Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: 128}}})
+	}
+	serve() // compiles every layer
+	serve() // a second worker on the same machine finds them in aned's cache
+	type record struct {
+		Record     string `json:"record"`
+		Shape      int    `json:"shape"`
+		Outcome    string `json:"outcome"`
+		CacheHit   int    `json:"cache_hit"`
+		Compiled   int    `json:"compiled"`
+		LayerLoads []struct {
+			Layer  int     `json:"layer"`
+			Origin string  `json:"origin"`
+			Ms     float64 `json:"ms"`
+		} `json:"layer_loads"`
+	}
+	lines := strings.Split(strings.TrimSpace(profile.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("profile %q: want one record per admission", profile.String())
+	}
+	for i, want := range []struct {
+		hit, compiled int
+		origin        string
+	}{{0, 4, "compile"}, {4, 0, "cache"}} {
+		var r record
+		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Record != "admit" || r.Shape != 128 || r.Outcome != "admitted" || r.CacheHit != want.hit || r.Compiled != want.compiled || len(r.LayerLoads) != 4 {
+			t.Fatalf("record %d: %+v", i, r)
+		}
+		for j, l := range r.LayerLoads {
+			if l.Layer != j || l.Origin != want.origin || l.Ms < 0 {
+				t.Fatalf("record %d layer %d: %+v, want origin %s", i, j, l, want.origin)
+			}
+		}
 	}
 }

@@ -126,6 +126,7 @@ func (s *Sim) Admit(ctx context.Context, rung uint32) (Admission, error) {
 	start := s.Clock.Now()
 	var a Admission
 	for i := range int(s.model.Layers) {
+		layerStart := s.Clock.Now()
 		out, err := s.Machine.Load(ctx, s.SigningID, s.layer(i, rung))
 		if err != nil {
 			for range a.Layers {
@@ -148,6 +149,7 @@ func (s *Sim) Admit(ctx context.Context, rung uint32) (Admission, error) {
 		} else {
 			a.Compiled++
 		}
+		a.LayerLoads = append(a.LayerLoads, LayerLoad{Layer: i, Origin: originOf(out.FromCache), Took: s.Clock.Since(layerStart)})
 		reportProgress(ctx, a.Layers, int(s.model.Layers))
 	}
 	a.Took = s.Clock.Since(start)

@@ -24,6 +24,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -99,7 +100,17 @@ func run(backendName, stateDir, signingID string, simScale float64, programLimit
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	var profile io.Writer
+	if dir := os.Getenv(worker.ProfileDirEnv); dir != "" {
+		f, err := worker.OpenProfile(dir)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		profile = f
+	}
 	s := &worker.Server{
+		Profile:  profile,
 		Backend:  b,
 		Identity: worker.Identity{Backend: backendName, SigningIdentifier: signingID, BinaryDigest: digest},
 		Stderr:   os.Stderr,
