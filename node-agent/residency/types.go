@@ -68,7 +68,8 @@ type ModelSpec struct {
 	// runtime placement probe runs on it and Probe judges the measurement. An error refuses
 	// that lease and every later one on the shape until it is loaded again, so no request runs
 	// on a shape whose placement has not been checked. The core never calls it; the owner does,
-	// when it runs the probe.
+	// on its own goroutine as it applies the measurement: it must return at once and must not
+	// wait for the supervisor.
 	Probe func(rung int, gen int64, device, cpu time.Duration) error
 }
 

@@ -72,8 +72,10 @@ func (s *Supervisor) evict(fx residency.Evict) {
 	s.report(residency.Evicted{Gen: fx.Gen, Load: fx.Load, Err: err})
 }
 
-// probe runs the placement probe on the core's lease and has the lane's judge rule on the
-// measurement. It is bounded by ProbeTimeout, whoever waits for it.
+// probe runs the placement probe on the core's lease. It is bounded by ProbeTimeout, whoever
+// waits for it. The lane's judge rules on the measurement on the owner goroutine, as the
+// outcome is applied, so its verdict reaches the requests that waited before anything the judge
+// sets off (the agent unloads a lane whose probe failed) can reach the owner.
 func (s *Supervisor) probe(fx residency.ProbeShape) {
 	ctx, cancel := context.WithTimeout(context.Background(), ProbeTimeout)
 	defer cancel()
@@ -86,13 +88,8 @@ func (s *Supervisor) probe(fx residency.ProbeShape) {
 			return err
 		})
 	})
-	var verdict error
-	if err == nil && fx.Judge != nil {
-		if perr := observe(func() error { verdict = fx.Judge(fx.Rung, fx.Gen.N, device, cpu); return nil }); perr != nil {
-			verdict = perr
-		}
-	}
-	s.report(residency.Probed{Gen: fx.Gen, Load: fx.Load, Cell: fx.Cell, Device: device, CPU: cpu, Err: err, Verdict: verdict})
+	s.send(context.Background(), input{in: residency.Probed{Gen: fx.Gen, Load: fx.Load, Cell: fx.Cell, Device: device, CPU: cpu, Err: err},
+		judge: fx.Judge})
 }
 
 // confirmExit closes the worker's channel, waits for the process to exit (killing it after

@@ -122,6 +122,8 @@ type input struct {
 	load    *loadCall
 	retired chan error
 	obs     chan observed
+	// judge rules on a Probed measurement on the owner goroutine, just before it is applied.
+	judge func(rung int, gen int64, device, cpu time.Duration) error
 	// fn, for tests, runs on the owner goroutine with the core between steps.
 	fn func(*residency.Core)
 }
@@ -260,6 +262,13 @@ func (s *Supervisor) step(ri residency.Input, in input) time.Time {
 		s.retires[v.Lane] = append(s.retires[v.Lane], in.retired)
 	case residency.Observe:
 		s.observes[v.ID] = in.obs
+	case residency.Probed:
+		if v.Err == nil && in.judge != nil {
+			if err := observe(func() error { v.Verdict = in.judge(v.Cell.Rung, v.Gen.N, v.Device, v.CPU); return nil }); err != nil {
+				v.Verdict = err
+			}
+			ri = v
+		}
 	}
 	s.core.Step(s.clk.Now(), ri)
 	rd := s.core.Ready()
