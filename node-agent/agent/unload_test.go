@@ -134,6 +134,7 @@ func TestUnloadAnswersInFlightCallsLaneRetiredWithinTheShutdownBudget(t *testing
 		t.Fatalf("snapshot %+v: the lane should still be retiring, its worker draining", snap)
 	}
 	// The retirement goes on without anyone waiting: the admission ends, the worker exits.
+	g.Eventually(w.Calls).Should(gomega.ContainElement("admit 256")) // its timer is set
 	clk.Step(10 * time.Minute)
 	g.Eventually(a.sup.Lanes).WithTimeout(10 * time.Second).Should(gomega.BeEmpty())
 	if calls := w.Calls(); !slices.Contains(calls, "close") {

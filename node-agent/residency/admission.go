@@ -87,6 +87,7 @@ func (c *Core) admitted(in Admitted) {
 		// The worker answered with an error: nothing was loaded and the stream is healthy, so
 		// the gate and the budget are free at once and the worker is not restarted.
 		c.queue.Finish(j)
+		c.trace(Event{Kind: EventAdmissionRefused, Lane: lane, Rung: sh.rung})
 		c.refund(m, sh)
 		c.admissionRefused(m, sh.rung, j, we)
 	default:
@@ -184,8 +185,9 @@ func (c *Core) admissionRefused(m *model, rung int, j *compilequeue.Job, we *Wor
 	if we.Code == string(refusal.ResourcesExhausted) {
 		code = refusal.ResourcesExhausted
 	}
-	if m.prewarming(j) && !waited {
-		c.warn("direct-ANE prewarm admission refused by the worker; prewarm ends", "lane", lane, "rung", rung, "code", we.Code, "message", we.Message)
+	if m.prewarming(j) {
+		c.warn("direct-ANE prewarm admission refused by the worker; prewarm ends", "lane", lane, "rung", rung, "code", we.Code, "message", we.Message,
+			"requestsJoined", len(j.Waiters()))
 	} else {
 		c.log.Info("the worker refused an admission", "lane", lane, "rung", rung, "code", we.Code)
 	}

@@ -64,7 +64,10 @@ type Core struct {
 	// blocked are tickets for resident shapes waiting behind a starved budget head; reroute
 	// are tickets to route again in this pass (a probe passed, a recovery began).
 	blocked, reroute []Ticket
-	starved          bool
+	// starved: a budget head waits for leased shapes to be released, and resident traffic
+	// yields to it: every lane's, or only starvedLane's when the head lacks a slot of its own.
+	starved     bool
+	starvedLane string
 	// hold is the admission of unknown outcome holding the compile gate until its worker's
 	// exit is confirmed or its hold expires.
 	hold *gateHold
@@ -147,7 +150,7 @@ func (c *Core) Step(now time.Time, in Input) {
 	case Prewarm:
 		c.setPrewarm(in.Lane, in.Rungs)
 	case Observe:
-		c.observe(in.ID)
+		c.observe(in.ID, in.Withdraw)
 	case Tick:
 	case ExchangeFault:
 		if m := c.current(in.Gen); m != nil {
@@ -169,7 +172,16 @@ func (c *Core) Step(now time.Time, in Input) {
 		panic(fmt.Sprintf("residency: unknown input %T", in))
 	}
 	c.schedule()
-	c.view = c.buildView()
+	c.view = c.keepIfSame(c.buildView())
+}
+
+// keepIfSame returns the view published before if v says nothing new, so the owner's
+// watchers (the agent's status writer) wake only on change.
+func (c *Core) keepIfSame(v *View) *View {
+	if old := c.view; old != nil && old.same(v) {
+		return old
+	}
+	return v
 }
 
 // Ready hands over what the last Steps decided. The effects are the owner's from then on.
@@ -219,13 +231,20 @@ func (c *Core) stepStopped(in Input) {
 	case Retire:
 		c.emit(Retired{Lane: in.Lane, Err: err})
 	case Observe:
-		c.emit(Observed{ID: in.ID, Err: err})
+		if !in.Withdraw {
+			c.emit(Observed{ID: in.ID, Err: err})
+		}
 	case Probed:
 		in.Cell.Release()
 	}
 }
 
 func (c *Core) emit(e Effect) { c.effects = append(c.effects, e) }
+
+// yields reports whether lane's resident traffic yields to a starved head.
+func (c *Core) yields(lane string) bool {
+	return c.starved && (c.starvedLane == "" || c.starvedLane == lane)
+}
 
 // current returns the model whose current, live generation g is, or nil: an outcome about any
 // other generation (an older one, one whose exit is confirmed, one of a lane since retired and
@@ -324,14 +343,14 @@ func sortedTickets[T any](m map[Ticket]T) []Ticket {
 
 // buildView builds the view to publish.
 func (c *Core) buildView() *View {
-	v := &View{starved: c.starved, stopped: c.stopped, lanes: make(map[string]*laneView, len(c.models)),
+	v := &View{starved: c.starved && c.starvedLane == "", stopped: c.stopped, lanes: make(map[string]*laneView, len(c.models)),
 		node: c.nodeSnapshot()}
 	if c.stopped != nil {
 		return v
 	}
 	for _, lane := range c.lanes {
 		m := c.models[lane]
-		lv := &laneView{rungs: m.spec.Rungs, snap: LaneSnapshot{
+		lv := &laneView{rungs: m.spec.Rungs, yield: c.starved && c.starvedLane == lane, snap: LaneSnapshot{
 			Generation: m.genN(), Loading: m.state == loading, Running: m.state == running,
 			Recovering: m.state == recovering, Retiring: m.state == retiring, Restarts: m.restarts,
 		}}

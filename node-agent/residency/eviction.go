@@ -32,14 +32,32 @@ type victim struct {
 	use                      int64
 }
 
+// starvation is what a head that cannot be made room for now asks of resident traffic.
+type starvation int
+
+const (
+	// roomMade: the head will find budget and a shape slot (evictions may be on their way).
+	roomMade starvation = iota
+	// waitWithoutStarving: nothing that is leased could make room either (the charges belong to
+	// admissions, evictions or exiting workers, which free them by themselves): resident
+	// traffic does not yield.
+	waitWithoutStarving
+	// starveOwnLane: the head lacks only a shape slot of its own model, whose leased shapes will
+	// free one: that lane's resident traffic yields, no other's.
+	starveOwnLane
+	// starveAll: releasing leased shapes can free the budget the head needs: every lane's
+	// resident traffic yields to it.
+	starveAll
+)
+
 // makeRoom makes sure the head's admission will find budget and a shape slot when the gate
 // frees: it evicts ahead of time, while the running compile finishes, so the head's compile
-// starts at once. It reports false when the head is starved: no set of evictable shapes frees
-// enough, because the rest are leased, protected or already on their way out.
-func (c *Core) makeRoom(head *compilequeue.Job) bool {
+// starts at once. Otherwise it says what the head waits for, and whose resident traffic must
+// yield to it.
+func (c *Core) makeRoom(head *compilequeue.Job) starvation {
 	m := c.models[head.Owner]
 	if m == nil || m.state != running {
-		return true // nothing to make room for until the worker is back
+		return roomMade // nothing to make room for until the worker is back
 	}
 	free := c.budget - c.used
 	slots := m.spec.MaxResidentShapes - len(m.shapes)
@@ -55,7 +73,7 @@ func (c *Core) makeRoom(head *compilequeue.Job) bool {
 		}
 	}
 	if free >= head.Layers && slots >= 1 {
-		return true
+		return roomMade
 	}
 	candidates := c.candidates()
 	var picked []victim
@@ -63,7 +81,10 @@ func (c *Core) makeRoom(head *compilequeue.Job) bool {
 	if slots < 1 {
 		i := slices.IndexFunc(candidates, func(v victim) bool { return v.m == m })
 		if i < 0 {
-			return false
+			if slices.ContainsFunc(m.shapes, func(sh *shape) bool { return sh.state == resident }) {
+				return starveOwnLane // its own leased shapes will free a slot
+			}
+			return waitWithoutStarving // its shapes are admitting or evicting: a slot frees by itself
 		}
 		picked = append(picked, candidates[i])
 		free += candidates[i].sh.charge
@@ -77,16 +98,34 @@ func (c *Core) makeRoom(head *compilequeue.Job) bool {
 		free += v.sh.charge
 	}
 	if free < head.Layers {
-		return false
+		// Would the release of leased (or protected) resident shapes free enough? Only then is
+		// it worth making resident traffic yield.
+		for _, lane := range c.lanes {
+			mm := c.models[lane]
+			if mm.state != running {
+				continue
+			}
+			for _, sh := range mm.shapes {
+				if sh.state == resident && !slices.ContainsFunc(candidates, func(v victim) bool { return v.sh == sh }) &&
+					!slices.ContainsFunc(picked, func(v victim) bool { return v.sh == sh }) {
+					free += sh.charge
+				}
+			}
+		}
+		if free >= head.Layers {
+			return starveAll
+		}
+		return waitWithoutStarving
 	}
 	for _, v := range picked {
 		if !v.sh.cell.closeIfFree() {
-			// Leased at this very instant: look again on the next pass (its release wakes us).
-			return false
+			// Leased at this very instant: look again at once (the lease's release also wakes us).
+			c.soon(c.now)
+			return waitWithoutStarving
 		}
 		c.evict(v.m, v.sh, nil)
 	}
-	return true
+	return roomMade
 }
 
 // candidates lists the shapes that may be evicted, most evictable first: never a leased shape,

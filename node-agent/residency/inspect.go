@@ -25,7 +25,9 @@ import (
 // Inspection is a copy of the core's state for tests and the simulator's failure reports.
 type Inspection struct {
 	Used, Budget int
-	Starved      bool
+	// Starved: resident traffic yields to a starved head: every lane's, or StarvedLane's only.
+	Starved     bool
+	StarvedLane string
 	// Running is the job holding the compile gate; Held says it failed and only holds it.
 	Running *JobInfo
 	Held    bool
@@ -70,7 +72,7 @@ type ShapeInfo struct {
 
 // Inspect copies the core's state.
 func (c *Core) Inspect() Inspection {
-	out := Inspection{Used: c.used, Budget: c.budget, Starved: c.starved, Waiting: len(c.waiters), Blocked: len(c.blocked),
+	out := Inspection{Used: c.used, Budget: c.budget, Starved: c.starved, StarvedLane: c.starvedLane, Waiting: len(c.waiters), Blocked: len(c.blocked),
 		Models: map[string]ModelInfo{}}
 	if j := c.queue.Running(); j != nil {
 		out.Running = &JobInfo{Owner: j.Owner, Rung: j.Shape.Rung, Waiters: j.Waiters(), Retried: j.Retried,

@@ -62,8 +62,12 @@ type Prewarm struct {
 	Rungs []int
 }
 
-// Observe asks for a certify observation. Observed answers it.
-type Observe struct{ ID uint64 }
+// Observe asks for a certify observation; Observed answers it. With Withdraw, the observation
+// ID is no longer wanted: it is dropped if its inventories have not been asked yet.
+type Observe struct {
+	ID       uint64
+	Withdraw bool
+}
 
 // Tick says time passed or a watched lease was released: the core looks again.
 type Tick struct{}

@@ -155,6 +155,7 @@ func (c *Core) exited(in Exited) {
 	m.exiting = false
 	m.exitedGen = in.Gen.N
 	lane := m.spec.Lane
+	c.trace(Event{Kind: EventExitConfirmed, Lane: lane})
 	if h := c.hold; h != nil && h.gen == in.Gen {
 		c.queue.Finish(h.job)
 		c.hold = nil

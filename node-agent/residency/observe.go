@@ -40,7 +40,11 @@ type observation struct {
 	count int
 }
 
-func (c *Core) observe(id uint64) {
+func (c *Core) observe(id uint64, withdraw bool) {
+	if withdraw {
+		c.obs = slices.DeleteFunc(c.obs, func(o *observation) bool { return o.id == id && !o.asked })
+		return
+	}
 	if !c.cfg.CertifyObservation {
 		c.emit(Observed{ID: id, Err: ErrObservationOff})
 		return

@@ -101,3 +101,79 @@ func TestPrewarmRunsOnlyWhileTheLaneIsQuiet(t *testing.T) {
 		d.admit("a", 256)
 	})
 }
+
+// TestTheLastLeaseOfALaneWhosePrewarmWaitsWakesTheOwner: a prewarm that waits for its lane to
+// be quiet is started by the release that makes it quiet, with no other event to step the core.
+func TestTheLastLeaseOfALaneWhosePrewarmWaitsWakesTheOwner(t *testing.T) {
+	d := newDriver(t, 100)
+	d.load(spec("a"))
+	held := d.lease("a", 128)
+	d.step(Prewarm{Lane: "a", Rungs: []int{256}})
+	none(d, "a prewarm admission while a/128 is leased", func(Admit) bool { return true })
+	if !held.Release() {
+		t.Fatal("the release that made the lane quiet did not ask to wake the owner: the prewarm would wait for an unrelated event")
+	}
+	d.step(Tick{}) // what the woken owner does
+	d.admit("a", 256)
+}
+
+// TestOnlyTheHeadsLaneYieldsWhenItLacksOnlyAShapeSlot: a head that lacks a shape slot of its
+// own model waits for that model's leases; other lanes' resident traffic does not yield to it.
+func TestOnlyTheHeadsLaneYieldsWhenItLacksOnlyAShapeSlot(t *testing.T) {
+	d := newDriver(t, 100)
+	one := spec("a")
+	one.MaxResidentShapes = 1
+	d.load(one)
+	d.load(spec("b"))
+	d.release(d.lease("b", 128), nil)
+	heldA := d.lease("a", 128)
+	d.acquire("a", 256, time.Time{}) // needs a/128's slot, which is leased
+	d.advance(50 * time.Millisecond)
+	if i := d.c.Inspect(); !i.Starved || i.StarvedLane != "a" {
+		t.Fatalf("starved %v for %q, want only lane a to yield", i.Starved, i.StarvedLane)
+	}
+	if c, _ := d.c.Ready().View.TryLease("b", 128); c == nil {
+		t.Fatal("b's resident shape was not leased on the fast path: b yields to a head it cannot help")
+	} else {
+		c.Release()
+	}
+	if c, _ := d.c.Ready().View.TryLease("a", 128); c != nil {
+		t.Fatal("a's own resident traffic did not yield to its starved head")
+	}
+	d.release(heldA, nil)
+	ev := take(d, "the eviction of a/128", func(e Evict) bool { return e.Gen.Lane == "a" })
+	d.step(Evicted{Gen: ev.Gen, Load: ev.Load})
+	d.advance(time.Millisecond)
+	d.admit("a", 256)
+}
+
+// TestResidentTrafficDoesNotYieldToAHeadNoReleaseCouldServe: when the budget a head lacks is
+// held by a worker whose exit is not confirmed, releasing leases cannot help it, and resident
+// traffic goes on.
+func TestResidentTrafficDoesNotYieldToAHeadNoReleaseCouldServe(t *testing.T) {
+	d := newDriver(t, 88)
+	x := d.load(spec("x"))
+	for _, r := range []int{128, 256, 512} {
+		d.release(d.lease("x", r), nil)
+	}
+	d.load(spec("b"))
+	held := d.lease("b", 128)
+	// x's worker faults; its exit stays unconfirmed: its 66 executables stay charged.
+	lx := d.lease("x", 128)
+	d.release(lx, errBrokenPipe)
+	take(d, "ConfirmExit x", func(c ConfirmExit) bool { return c.Gen == x })
+	wide := spec("c")
+	wide.Layers = 44
+	d.load(wide)
+	d.acquire("c", 128, time.Time{})
+	d.advance(50 * time.Millisecond)
+	if d.c.Inspect().Starved {
+		t.Fatal("resident traffic yields to a head that no release could make room for")
+	}
+	if c, _ := d.c.Ready().View.TryLease("b", 128); c == nil {
+		t.Fatal("b's resident shape is not leased on the fast path")
+	} else {
+		c.Release()
+	}
+	d.release(held, nil)
+}

@@ -90,6 +90,16 @@ func (c *Core) drivePrewarm() {
 	}
 }
 
+// prewarmWaits reports whether m's prewarm has a rung to load and waits only for the lane to be
+// quiet: the release of a lease must then wake the core.
+func (c *Core) prewarmWaits(m *model) bool {
+	if m.state != running || m.prewarmRungs == nil {
+		return false
+	}
+	p := m.prewarm
+	return p == nil || p.gen != m.gen || p.summary.State == "Running" && p.job == nil && len(p.remaining) > 0
+}
+
 // quiet: no shape of the lane is leased or admitting or evicting, no request is on its way
 // from a handoff answer to its lease, and its worker's stream is idle.
 func (c *Core) quiet(m *model) bool {

@@ -222,6 +222,9 @@ func TestRequestsJoinedToAPrewarmAreAnsweredWhenItIsRecycledOrRefused(t *testing
 		if p, _ := d.c.Ready().View.Prewarm("a"); p.State != "Finished" || p.Failed != 1 {
 			t.Fatalf("prewarm %+v, want finished with one failure", p)
 		}
+		if len(d.warns) != 1 {
+			t.Fatalf("warnings %v, want the refused prewarm admission's one", d.warns)
+		}
 		none(d, "a restart", func(ConfirmExit) bool { return true })
 	})
 }

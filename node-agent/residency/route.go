@@ -122,7 +122,7 @@ func (c *Core) gateOnProbe(w *waiter, m *model, sh *shape, then func()) {
 // not a member of the shape's handoff cohort: then w waits behind the head.
 func (c *Core) leaseFor(w *waiter, m *model, sh *shape) {
 	member := w.Member && sh.cohort.protects(c.now) && sh.cohort.members[w.Ticket]
-	if c.starved && !member {
+	if c.yields(w.Lane) && !member {
 		c.block(w)
 		return
 	}

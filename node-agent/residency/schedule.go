@@ -74,11 +74,16 @@ func (c *Core) schedule() {
 		}
 	}
 
-	c.starved = false
+	c.starved, c.starvedLane = false, ""
 	if !c.observing() {
 		if head := c.queue.Head(); head != nil {
 			c.refuseQueued(c.queue.CheckHead(now, head))
-			c.starved = !c.makeRoom(head)
+			switch c.makeRoom(head) {
+			case starveAll:
+				c.starved = true
+			case starveOwnLane:
+				c.starved, c.starvedLane = true, head.Owner
+			}
 		}
 		j, refused, wake := c.queue.Elect(now)
 		c.soon(wake)
@@ -94,7 +99,7 @@ func (c *Core) schedule() {
 	c.blocked = nil
 	for _, t := range blocked {
 		w := c.waiters[t]
-		if m := c.models[w.Lane]; c.starved && m != nil && m.state == running {
+		if m := c.models[w.Lane]; c.yields(w.Lane) && m != nil && m.state == running {
 			c.blocked = append(c.blocked, t)
 			continue
 		}
@@ -114,7 +119,7 @@ func (c *Core) schedule() {
 	if c.starved && c.queue.Head() == nil {
 		// The starved head was dropped: nothing waits for budget any more. Look again at once,
 		// so the requests blocked behind it lease.
-		c.starved = false
+		c.starved, c.starvedLane = false, ""
 		c.soon(c.now)
 	}
 }
@@ -214,8 +219,8 @@ func (c *Core) startOrResolve(j *compilequeue.Job) {
 }
 
 // watch sets the watch bit on exactly the cells whose releases the core waits for: every
-// leased cell while a head is starved or requests are blocked, and every cell of a retiring
-// lane. Releases of other cells stay on the fast path and never wake the owner.
+// leased cell while a head is starved or requests are blocked, every cell of a lane whose
+// prewarm waits for it to be quiet, and every cell of a retiring lane. Releases of other cells stay on the fast path and never wake the owner.
 func (c *Core) watch() {
 	added := false
 	for _, lane := range c.lanes {
@@ -224,7 +229,7 @@ func (c *Core) watch() {
 			if sh.cell == nil {
 				continue
 			}
-			want := m.state == retiring || (c.starved || len(c.blocked) > 0) && sh.state == resident
+			want := m.state == retiring || (c.starved || len(c.blocked) > 0 || c.prewarmWaits(m)) && sh.state == resident
 			switch have := sh.cell.has(watchBit); {
 			case want && !have:
 				sh.cell.setBits(watchBit)

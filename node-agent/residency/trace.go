@@ -38,6 +38,10 @@ const (
 	EventRefund       EventKind = "refund"
 	EventLeaseGrant   EventKind = "lease_grant"
 	EventLeaseRelease EventKind = "lease_release"
+	// EventExitConfirmed and EventAdmissionRefused are what a refund may follow: a worker's
+	// confirmed exit (every shape of it), or the worker's refusal of an admission (its shape).
+	EventExitConfirmed    EventKind = "exit_confirmed"
+	EventAdmissionRefused EventKind = "admission_refused"
 )
 
 // Event is one timeline entry.

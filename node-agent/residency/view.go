@@ -33,8 +33,10 @@ type View struct {
 type laneView struct {
 	// rungs and cells are aligned: cells[i] is rung rungs[i]'s resident load, or nil. Only a
 	// running lane has cells.
-	rungs    []int
-	cells    []*Cell
+	rungs []int
+	cells []*Cell
+	// yield: the lane's resident traffic yields to a head starved for one of its shape slots.
+	yield    bool
 	snap     LaneSnapshot
 	progress *Progress
 	prewarm  *PrewarmSummary
@@ -48,7 +50,7 @@ func (v *View) TryLease(lane string, rung int) (c *Cell, wake bool) {
 		return nil, false
 	}
 	lv := v.lanes[lane]
-	if lv == nil || lv.cells == nil {
+	if lv == nil || lv.cells == nil || lv.yield {
 		return nil, false
 	}
 	for i, r := range lv.rungs {
@@ -109,3 +111,53 @@ func (v *View) Node() NodeSnapshot { return v.node }
 // StoppedView is the view of a core whose owner stopped: nothing is leased on the fast path,
 // and every request goes to the owner, which refuses it.
 func StoppedView(err error) *View { return &View{stopped: err, lanes: map[string]*laneView{}} }
+
+// same reports whether v and o publish the same state.
+func (v *View) same(o *View) bool {
+	if v.starved != o.starved || v.stopped != o.stopped || v.node != o.node || len(v.lanes) != len(o.lanes) {
+		return false
+	}
+	for lane, a := range v.lanes {
+		b := o.lanes[lane]
+		if b == nil || !a.same(b) {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *laneView) same(b *laneView) bool {
+	if a.yield != b.yield || a.progress != b.progress || !slices.Equal(a.cells, b.cells) || !slices.Equal(a.rungs, b.rungs) {
+		return false
+	}
+	if (a.prewarm == nil) != (b.prewarm == nil) || a.prewarm != nil && !samePrewarm(*a.prewarm, *b.prewarm) {
+		return false
+	}
+	x, y := a.snap, b.snap
+	if x.Generation != y.Generation || x.Loading != y.Loading || x.Running != y.Running || x.Recovering != y.Recovering ||
+		x.Retiring != y.Retiring || x.Restarts != y.Restarts || !slices.Equal(x.Resident, y.Resident) || !slices.Equal(x.Cached, y.Cached) {
+		return false
+	}
+	return (x.LastFault == nil) == (y.LastFault == nil) && (x.LastFault == nil || *x.LastFault == *y.LastFault)
+}
+
+func samePrewarm(a, b PrewarmSummary) bool {
+	loaded := slices.Equal(a.Loaded, b.Loaded)
+	a.Loaded, b.Loaded = nil, nil
+	return loaded && a.State == b.State && a.LoadedFromCache == b.LoadedFromCache && a.Compiled == b.Compiled &&
+		a.AlreadyResident == b.AlreadyResident && a.SkippedForBudget == b.SkippedForBudget && a.Failed == b.Failed && a.Total == b.Total
+}
+
+// Probed reports whether rung of lane is resident on a running worker, and whether its
+// placement probe has passed for this load: read from the view, without the owner.
+func (v *View) Probed(lane string, rung int) (resident, probed bool) {
+	lv := v.lanes[lane]
+	if lv == nil || lv.cells == nil {
+		return false, false
+	}
+	i := slices.Index(lv.rungs, rung)
+	if i < 0 || lv.cells[i] == nil {
+		return false, false
+	}
+	return true, !lv.cells[i].has(unprobedBit)
+}

@@ -161,42 +161,6 @@ func TestStaleServingFaultAfterRecoveryDoesNotRestartRestoredOwner(t *testing.T)
 	}
 }
 
-func TestServingIoFaultRecoversAndRetireRefundsOnlyAfterExit(t *testing.T) {
-	f := newFleet(t, func(gen int64) string {
-		if gen == 1 {
-			return "crash:execute:1"
-		}
-		return ""
-	})
-	if _, err := f.run(t); refusal.CodeOf(err) != refusal.EngineCrashed {
-		t.Fatalf("got %v, want engine_crashed from the I/O fault", err)
-	}
-	f.served(t)
-	held, err := f.sup.Acquire(context.Background(), laneName, 128, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	retired := make(chan error, 1)
-	go func() { retired <- f.sup.Retire(context.Background(), laneName) }()
-	eventually(t, "the retirement began", func() bool { snap, _ := f.sup.Snapshot(laneName); return snap.Retiring })
-	// In-flight work holds the worker: nothing is refunded before its exit.
-	if used := f.sup.Used(); used != 44 {
-		t.Fatalf("charged %d while retiring with a lease held, want 44", used)
-	}
-	select {
-	case err := <-retired:
-		t.Fatalf("retirement finished (%v) before in-flight work drained", err)
-	default:
-	}
-	held.Release()
-	if err := <-retired; err != nil {
-		t.Fatal(err)
-	}
-	if used := f.sup.Used(); used != 0 {
-		t.Fatalf("charged %d after the confirmed exit", used)
-	}
-}
-
 func TestRerankOverARealWorkerOrdersScoresByInputAndMatchesTheModel(t *testing.T) {
 	f := newFleet(t, func(int64) string { return "" })
 	spec := supervisor.ModelSpec{Lane: "default/bge-rerank", Identity: "bge-reranker", Model: "bge-reranker",

@@ -268,3 +268,66 @@ func TestCatalogSemanticRefusalsMatchGoldenAndNeverFetch(t *testing.T) {
 		t.Fatalf("a refused call leased shapes %v", a.acquired)
 	}
 }
+
+// TestServingIoFaultRecoversAndRetireRefundsOnlyAfterExit: an I/O fault in a call's exchange
+// recovers the worker (the call fails, the replacement serves); retiring the lane then drains
+// the call in flight, closes the worker and keeps its budget charged until its exit is
+// confirmed, after the close as before it.
+func TestServingIoFaultRecoversAndRetireRefundsOnlyAfterExit(t *testing.T) {
+	l := newLive(t, 100)
+	exit := make(chan struct{})
+	l.sp.Configure = func(w *fakeworker.Worker) {
+		w.Reply = embedReply(w.Lane)
+		if w.Gen == 2 {
+			w.ExitGate = exit
+		}
+	}
+	l.lane("a")
+	if o := l.settle(l.call("a", 10, time.Time{}), time.Second); o.err != nil {
+		t.Fatal(o.err)
+	}
+	w1 := l.sp.Get(t, "a", 1)
+	w1.Lock()
+	w1.NextExchangeErr = fakeworker.ErrBrokenPipe
+	w1.Unlock()
+	if o := l.settle(l.call("a", 10, time.Time{}), time.Second); refusal.CodeOf(o.err) != refusal.EngineCrashed {
+		t.Fatalf("got %v, want engine_crashed from the I/O fault", o.err)
+	}
+	if o := l.settle(l.call("a", 10, time.Time{}), 2*time.Second); o.err != nil || o.res.Generations[0] != 2 {
+		t.Fatalf("after the fault: %+v, want the replacement to serve", o)
+	}
+
+	w2 := l.sp.Get(t, "a", 2)
+	gate := make(chan struct{})
+	w2.Lock()
+	w2.ExchangeGate = gate
+	w2.Unlock()
+	held := l.call("a", 10, time.Time{})
+	eventually(t, "the call's exchange is in flight", func() bool { return w2.Exchanging() == 1 })
+	retired := make(chan error, 1)
+	go func() { retired <- l.sup.Retire(context.Background(), "a") }()
+	eventually(t, "the retirement began", func() bool { snap, _ := l.sup.Snapshot("a"); return snap.Retiring })
+	if used := l.sup.Used(); used != 22 {
+		t.Fatalf("charged %d while the retirement drains a call, want 22", used)
+	}
+	close(gate)
+	if o := waitAnswer(t, held); o.err != nil {
+		t.Fatalf("the call in flight was cut short: %v", o.err)
+	}
+	eventually(t, "the drained worker was closed", func() bool { return slices.Contains(w2.Calls(), "close") })
+	if used := l.sup.Used(); used != 22 {
+		t.Fatalf("charged %d after the close but before the exit is confirmed, want 22", used)
+	}
+	select {
+	case err := <-retired:
+		t.Fatalf("the retirement ended (%v) before the worker's exit was confirmed", err)
+	default:
+	}
+	close(exit)
+	if err := <-retired; err != nil {
+		t.Fatal(err)
+	}
+	if used := l.sup.Used(); used != 0 {
+		t.Fatalf("charged %d after the confirmed exit, want 0", used)
+	}
+}

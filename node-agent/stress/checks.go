@@ -71,23 +71,40 @@ func noLeasedEviction(tl []TimelineEvent) Check {
 	return Check{Name: "no-leased-eviction", Passed: true}
 }
 
-// budgetHeld: the charged executables never exceeded the budget, and what the supervisor says
-// it charged always equals the charges recomputed from scratch from the timeline: every
-// reservation, less every acknowledged eviction and every refund.
-func budgetHeld(tl []TimelineEvent, budget int) Check {
+// budgetHeld: the charges recomputed from scratch — every reservation of a lane's shape at
+// what the stress tool knows one charges, less every acknowledged eviction and every refund —
+// equal what the supervisor says it charged, and never pass the budget; and a charge is refunded
+// only after its worker's exit was confirmed or the worker refused the admission.
+func budgetHeld(tl []TimelineEvent, budget int, layers map[string]int) Check {
 	charged := 0
+	exited := map[string]bool{}  // a lane's exit was confirmed: its shapes' refunds follow
+	refused := map[string]bool{} // lane/shape: the worker refused its admission
 	for _, e := range tl {
+		key := fmt.Sprintf("%s/%d", e.Model, e.Shape)
 		switch e.Event {
+		case "exit_confirmed":
+			exited[e.Model] = true
+			continue
+		case "admission_refused":
+			refused[key] = true
+			continue
 		case "reservation":
-			charged += e.Charge
-		case "eviction_ack", "refund":
-			charged -= e.Charge
+			exited[e.Model] = false
+			charged += layers[e.Model]
+		case "eviction_ack":
+			charged -= layers[e.Model]
+		case "refund":
+			if !exited[e.Model] && !refused[key] {
+				return Check{Name: "budget", Detail: fmt.Sprintf("%s refunded at %.1f ms without a confirmed exit or a refused admission", key, e.Ms)}
+			}
+			delete(refused, key)
+			charged -= layers[e.Model]
 		default:
 			continue
 		}
 		if charged != e.Used {
-			return Check{Name: "budget", Detail: fmt.Sprintf("%s of %s/%d at %.1f ms: the supervisor charges %d, the timeline adds up to %d",
-				e.Event, e.Model, e.Shape, e.Ms, e.Used, charged)}
+			return Check{Name: "budget", Detail: fmt.Sprintf("%s of %s at %.1f ms: the supervisor charges %d, the timeline adds up to %d",
+				e.Event, key, e.Ms, e.Used, charged)}
 		}
 		if charged > budget || charged < 0 {
 			return Check{Name: "budget", Detail: fmt.Sprintf("%d executables charged at %.1f ms, of %d", charged, e.Ms, budget)}

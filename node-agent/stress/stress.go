@@ -27,6 +27,7 @@ limitations under the License.
 package stress
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -102,6 +103,8 @@ type TimelineEvent struct {
 	// executables charged after it.
 	Charge int `json:"charge,omitempty"`
 	Used   int `json:"used,omitempty"`
+	// at orders the timeline exactly (the milliseconds above are rounded).
+	at time.Duration
 }
 
 // Latency compares a scenario's request with its standalone time.
@@ -124,6 +127,10 @@ type model struct {
 	lane, identity    string
 	layers, dims, max int
 }
+
+// layersOf is what one shape of each lane charges, known to the stress tool apart from the
+// supervisor: the budget check recomputes the charges from it.
+var layersOf = map[string]int{gte.lane: gte.layers, qwen.lane: qwen.layers}
 
 var (
 	gte   = model{"gte-modernbert-base", "gte-modernbert-base", 22, 768, 4}
@@ -181,7 +188,7 @@ func (r *rig) record(e supervisor.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, TimelineEvent{Ms: ms(e.At.Sub(r.start)), Event: string(e.Kind), RequestID: e.RequestID,
-		Model: e.Lane, Shape: e.Rung, Ticket: e.Ticket, RPC: e.RPC, Charge: e.Charge, Used: e.Used})
+		Model: e.Lane, Shape: e.Rung, Ticket: e.Ticket, RPC: e.RPC, Charge: e.Charge, Used: e.Used, at: e.At.Sub(r.start)})
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -250,13 +257,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Timeline = append(rep.Timeline, r.events...)
 		rep.Requests = append(rep.Requests, r.records...)
 	}
-	slices.SortStableFunc(rep.Timeline, func(a, b TimelineEvent) int { return compare(a.Ms, b.Ms) })
+	slices.SortStableFunc(rep.Timeline, func(a, b TimelineEvent) int { return cmp.Compare(a.at, b.at) })
 	if err != nil {
 		return rep, err
 	}
 	rep.Checks = append(rep.Checks, noOverlappingCompiles(rep.Timeline), noResourceRefusal(rep.Requests))
 	if cfg.Case == "residency-safety" {
-		rep.Checks = append(rep.Checks, noLeasedEviction(rep.Timeline), budgetHeld(rep.Timeline, supervisor.DefaultBudget),
+		rep.Checks = append(rep.Checks, noLeasedEviction(rep.Timeline), budgetHeld(rep.Timeline, supervisor.DefaultBudget, layersOf),
 			everyRequestServed(rep.Requests, 37))
 	}
 	rep.Passed = true

@@ -69,13 +69,22 @@ func TestEveryCaseRunsAndTheSafetyChecksPass(t *testing.T) {
 // a check that cannot fail proves nothing.
 func TestTheSafetyChecksCanFail(t *testing.T) {
 	t.Run("budget", func(t *testing.T) {
-		overcharged := []TimelineEvent{{Event: "reservation", Charge: 60, Used: 60}, {Event: "reservation", Charge: 60, Used: 120}}
-		undercounted := []TimelineEvent{{Event: "reservation", Charge: 22, Used: 22}, {Event: "refund", Charge: 22, Used: 0},
-			{Event: "eviction_ack", Charge: 22, Used: 0}}
-		for _, tl := range [][]TimelineEvent{overcharged, undercounted} {
-			if c := budgetHeld(tl, 100); c.Passed {
+		layers := map[string]int{"a": 60, "b": 22}
+		overcharged := []TimelineEvent{{Event: "reservation", Model: "a", Used: 60}, {Event: "reservation", Model: "a", Used: 120}}
+		refundedTwice := []TimelineEvent{{Event: "reservation", Model: "b", Used: 22}, {Event: "exit_confirmed", Model: "b"},
+			{Event: "refund", Model: "b", Used: 0}, {Event: "eviction_ack", Model: "b", Used: 0}}
+		refundedAtClose := []TimelineEvent{{Event: "reservation", Model: "b", Used: 22}, {Event: "refund", Model: "b", Used: 0}}
+		misreported := []TimelineEvent{{Event: "reservation", Model: "b", Used: 20}}
+		for _, tl := range [][]TimelineEvent{overcharged, refundedTwice, refundedAtClose, misreported} {
+			if c := budgetHeld(tl, 100, layers); c.Passed {
 				t.Fatalf("budgetHeld passed %+v", tl)
 			}
+		}
+		fine := []TimelineEvent{{Event: "reservation", Model: "b", Shape: 128, Used: 22}, {Event: "admission_refused", Model: "b", Shape: 256},
+			{Event: "reservation", Model: "b", Shape: 256, Used: 44}, {Event: "admission_refused", Model: "b", Shape: 256},
+			{Event: "refund", Model: "b", Shape: 256, Used: 22}, {Event: "exit_confirmed", Model: "b"}, {Event: "refund", Model: "b", Shape: 128, Used: 0}}
+		if c := budgetHeld(fine, 100, layers); !c.Passed {
+			t.Fatalf("budgetHeld failed a sound timeline: %s", c.Detail)
 		}
 	})
 	t.Run("no-resource-refusal", func(t *testing.T) {

@@ -42,7 +42,17 @@ func (s *Supervisor) LoadModel(ctx context.Context, spec ModelSpec) error {
 	}
 	// The load finishes whether or not the caller waits: the worker's start is bounded by ctx
 	// (a cancelled start fails it), and the answer tells which.
-	return <-l.done
+	select {
+	case err := <-l.done:
+		return err
+	case <-s.done:
+		select {
+		case err := <-l.done:
+			return err
+		default:
+			return s.stoppedOr(ctx, "loading lane %s", spec.Lane)
+		}
+	}
 }
 
 // takeLock takes the machine's lane lock on the first direct-ANE load; workers inherit it, so
@@ -80,6 +90,13 @@ func (s *Supervisor) Retire(ctx context.Context, lane string) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-s.done:
+		select {
+		case err := <-done:
+			return err
+		default:
+			return s.stoppedOr(ctx, "retiring lane %s", lane)
+		}
 	}
 }
 
@@ -110,14 +127,25 @@ func (s *Supervisor) Observe(ctx context.Context) (certify.Observation, error) {
 		return certify.Observation{}, ErrObservationOff
 	}
 	c := make(chan observed, 1)
-	if !s.send(ctx, input{in: residency.Observe{ID: s.obsIDs.Add(1)}, obs: c}) {
+	id := s.obsIDs.Add(1)
+	if !s.send(ctx, input{in: residency.Observe{ID: id}, obs: c}) {
 		return certify.Observation{}, s.stoppedOr(ctx, "observing")
 	}
 	select {
 	case o := <-c:
 		return o.obs, o.err
 	case <-ctx.Done():
+		// Withdrawn: an observation not yet asked of the workers is dropped, so abandoned ones
+		// do not pile up behind the barrier.
+		s.send(context.Background(), input{in: residency.Observe{ID: id, Withdraw: true}})
 		return certify.Observation{}, ctx.Err()
+	case <-s.done:
+		select {
+		case o := <-c:
+			return o.obs, o.err
+		default:
+			return certify.Observation{}, s.stoppedOr(ctx, "observing")
+		}
 	}
 }
 

@@ -78,10 +78,14 @@ func (l *Lease) Release() {
 		// its stream may be broken, and its recovery begins now.
 		l.c.Gen.MarkFaulted()
 	}
-	wake := l.c.Release()
 	s := l.s
+	var at time.Time
 	if s.cfg.Trace != nil {
-		s.trace(Event{Kind: EventLeaseRelease, RequestID: l.requestID, Lane: l.c.Lane, Rung: l.c.Rung})
+		at = s.clk.Now() // before the lease goes: an eviction it allows is stamped later
+	}
+	wake := l.c.Release()
+	if s.cfg.Trace != nil {
+		s.trace(Event{At: at, Kind: EventLeaseRelease, RequestID: l.requestID, Lane: l.c.Lane, Rung: l.c.Rung})
 	}
 	if l.fault != nil {
 		s.report(residency.ExchangeFault{Gen: l.c.Gen, Err: l.fault})
@@ -128,6 +132,12 @@ func (s *Supervisor) Acquire(ctx context.Context, lane string, rung int, deadlin
 // probed in its current load; it never loads anything. It reports whether the rung is
 // resident and probed, and the probe's refusal if it failed.
 func (s *Supervisor) ProbeResident(ctx context.Context, lane string, rung int) (bool, error) {
+	switch resident, probed := s.view.Load().Probed(lane, rung); {
+	case !resident:
+		return false, nil
+	case probed:
+		return true, nil // nothing to ask the owner
+	}
 	a, err := s.wait(ctx, residency.Acquire{Lane: lane, Rung: rung, ResidentOnly: true})
 	if err != nil {
 		return false, err
@@ -145,7 +155,11 @@ func (s *Supervisor) wait(ctx context.Context, acq residency.Acquire) (residency
 	acq.Since = s.clk.Now()
 	req := &request{ticket: acq.Ticket, lane: acq.Lane, reply: make(chan residency.Answer, 1)}
 	for {
-		if !s.send(ctx, input{in: acq, req: req}) {
+		if !s.sendBy(ctx, acq.Deadline, input{in: acq, req: req}) {
+			if acq.Member {
+				// Gone between its handoff and its return: its cohort membership goes too.
+				s.send(context.Background(), input{in: residency.Leave{Ticket: acq.Ticket}, req: req})
+			}
 			return residency.Answer{}, s.gaveUp(ctx, acq)
 		}
 		select {
@@ -179,4 +193,29 @@ func (s *Supervisor) gaveUp(ctx context.Context, acq residency.Acquire) error {
 		return refusal.New(refusal.DeadlineExceeded, acq.Lane, "the request's deadline passed while it waited for rung %d", acq.Rung)
 	}
 	return ctx.Err()
+}
+
+// sendBy is send for a request with a deadline: if the owner's input queue is full, the request
+// waits for room at most until its deadline.
+func (s *Supervisor) sendBy(ctx context.Context, deadline time.Time, in input) bool {
+	select {
+	case s.in <- in:
+		return true
+	default:
+	}
+	if deadline.IsZero() {
+		return s.send(ctx, in)
+	}
+	timer := s.clk.NewTimer(deadline.Sub(s.clk.Now()))
+	defer timer.Stop()
+	select {
+	case s.in <- in:
+		return true
+	case <-s.done:
+		return false
+	case <-ctx.Done():
+		return false
+	case <-timer.C():
+		return false
+	}
 }

@@ -29,6 +29,8 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
+	"github.com/go-logr/logr/testr"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func TestRetirementBetweenPrecheckAndGrantLeavesNoPhantomReservation(t *testing.T) {
@@ -466,5 +468,48 @@ func TestAnAdmissionIsRecycledOnceNotForEver(t *testing.T) {
 	}
 	if n := h.spawner.Spawned("a"); n != 2 {
 		t.Fatalf("%d workers spawned, want the first and one replacement", n)
+	}
+}
+
+// TestCallsWaitingForTheOwnerReturnWhenItStops: a LoadModel, Retire or Observe whose input
+// the owner never took (it stopped first) returns with the stop, never hangs.
+func TestCallsWaitingForTheOwnerReturnWhenItStops(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	s := New(Config{Clock: clk, Spawner: fakeworker.New(clk), Log: testr.New(t), CertifyObservation: true})
+	// No owner runs: the inputs stay queued. Then the owner stops.
+	errs := make(chan error, 3)
+	go func() {
+		errs <- s.LoadModel(context.Background(), ModelSpec{Lane: "a", Layers: 22, Rungs: []int{128}, MaxResidentShapes: 1})
+	}()
+	go func() { errs <- s.Retire(context.Background(), "a") }()
+	go func() { _, err := s.Observe(context.Background()); errs <- err }()
+	eventually(t, "the three inputs are queued", func() bool { return len(s.in) == 3 })
+	s.abort(errors.New("scheduler bug"))
+	for range 3 {
+		select {
+		case err := <-errs:
+			if err == nil || !strings.Contains(err.Error(), "the compile scheduler stopped") {
+				t.Fatalf("got %v, want the stop", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a call still waits for an owner that stopped")
+		}
+	}
+}
+
+// TestASecondLoadOfALaneBeingLoadedIsRefusedAndTheFirstKeepsItsAnswer.
+func TestASecondLoadOfALaneBeingLoadedIsRefusedAndTheFirstKeepsItsAnswer(t *testing.T) {
+	h := newHarness(t, 100)
+	gate := h.spawner.HoldSpawns()
+	spec := ModelSpec{Lane: "a", Identity: "gte", Layers: 22, Rungs: []int{128}, MaxResidentShapes: 1, AdmissionBound: time.Minute}
+	first := make(chan error, 1)
+	go func() { first <- h.s.LoadModel(h.ctx, spec) }()
+	eventually(t, "the first load waits for its worker", h.state(func(i residency.Inspection) bool { return i.Models["a"].Spawning }))
+	if err := h.s.LoadModel(h.ctx, spec); err == nil || !strings.Contains(err.Error(), "already being loaded") {
+		t.Fatalf("the second load: %v", err)
+	}
+	close(gate)
+	if err := <-first; err != nil {
+		t.Fatalf("the first load: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ package supervisor
 
 import (
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,4 +135,28 @@ func TestWithoutCacheReportsEveryRungIsPredictedAndLearnedAsACompile(t *testing.
 	}
 	admitFor(3)
 	h.got(third).lease.Release()
+}
+
+// TestAnIdleNodeNeitherStepsNorWakesItsWatchers: asking whether a probed, resident rung is
+// probed is answered from the published view, and a step that changes nothing wakes no watcher,
+// so the agent's probe loop and status writer cannot drive each other round on an idle node.
+func TestAnIdleNodeNeitherStepsNorWakesItsWatchers(t *testing.T) {
+	h := newHarness(t, 100)
+	var changes atomic.Int64
+	h.s.cfg.OnChange = func() { changes.Add(1) }
+	h.load("a", func(s *ModelSpec) { s.Probe = func(int, int64, time.Duration, time.Duration) error { return nil } })
+	h.resident("a", 128).Release()
+	eventually(t, "the probe passed", h.state(func(i residency.Inspection) bool { sh, _ := i.Shape("a", 128); return sh.Probed }))
+	h.inspection() // every step so far is done
+	before := changes.Load()
+	for range 100 {
+		if probed, err := h.s.ProbeResident(h.ctx, "a", 128); !probed || err != nil {
+			t.Fatalf("ProbeResident: %v, %v", probed, err)
+		}
+	}
+	h.s.wake() // a step with nothing to do
+	h.inspection()
+	if n := changes.Load() - before; n != 0 {
+		t.Fatalf("%d wake-ups of the watchers on an idle node, want none", n)
+	}
 }

@@ -72,9 +72,9 @@ type Config struct {
 	// Trace, if set, receives the timeline events (the stress tool's report). It must be safe
 	// for concurrent use and quick: it runs on the owner's, the workers' and the requests' paths.
 	Trace func(Event)
-	// OnChange, if set, is called after every step of the core, whose outcomes may have changed
-	// what Snapshot reports (the agent's status writer wakes on it). It runs on the owner
-	// goroutine: it must return at once and must not wait for the supervisor.
+	// OnChange, if set, is called after a step of the core changed what Snapshot, Node or
+	// Prewarmed report (the agent's status writer wakes on it). It runs on the owner goroutine:
+	// it must return at once and must not wait for the supervisor.
 	OnChange func()
 	// LockPath is the machine-wide direct-ANE lane lock, taken on the first load and handed to
 	// every worker the spawner starts (if it implements LockInheritor). Empty takes none (tests
@@ -133,8 +133,6 @@ type request struct {
 	ticket residency.Ticket
 	lane   string
 	reply  chan residency.Answer
-	// left: the caller gave up; an answer that reaches it anyway is drained by the owner.
-	left bool
 }
 
 type loadCall struct {
@@ -152,8 +150,14 @@ func New(cfg Config) *Supervisor {
 	s := &Supervisor{cfg: cfg, clk: cfg.Clock, log: cfg.Log, in: make(chan input, inputQueue), kick: make(chan struct{}, 1),
 		done: make(chan struct{}), pending: map[residency.Ticket]*request{}, loads: map[string]*loadCall{},
 		retires: map[string][]chan error{}, observes: map[uint64]chan observed{}}
+	var trace func(Event)
+	if cfg.Trace != nil {
+		// Stamped when the owner records it, after what it records happened (a shape closed for
+		// its eviction, say), never with the step's start time.
+		trace = func(e Event) { e.At = s.clk.Now(); cfg.Trace(e) }
+	}
 	s.core = residency.New(residency.Config{Budget: cfg.Budget, CertifyObservation: cfg.CertifyObservation, Log: cfg.Log,
-		Warn: cfg.Warn, Trace: cfg.Trace})
+		Warn: cfg.Warn, Trace: trace})
 	s.view.Store(s.core.Ready().View)
 	return s
 }
@@ -240,6 +244,12 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 			in.fn(s.core)
 			continue
 		}
+		if l, ok := in.in.(residency.Load); ok && s.loads[l.Spec.Lane] != nil {
+			// Another LoadModel of the lane is under way: this one is refused, and the first
+			// keeps its answer and its context.
+			in.load.done <- fmt.Errorf("lane %s is already being loaded", l.Spec.Lane)
+			continue
+		}
 		next = s.step(in.in, in)
 	}
 }
@@ -261,7 +271,11 @@ func (s *Supervisor) step(ri residency.Input, in input) time.Time {
 	case residency.Retire:
 		s.retires[v.Lane] = append(s.retires[v.Lane], in.retired)
 	case residency.Observe:
-		s.observes[v.ID] = in.obs
+		if v.Withdraw {
+			delete(s.observes, v.ID)
+		} else {
+			s.observes[v.ID] = in.obs
+		}
 	case residency.Probed:
 		if v.Err == nil && in.judge != nil {
 			if err := observe(func() error { v.Verdict = in.judge(v.Cell.Rung, v.Gen.N, v.Device, v.CPU); return nil }); err != nil {
@@ -272,11 +286,11 @@ func (s *Supervisor) step(ri residency.Input, in input) time.Time {
 	}
 	s.core.Step(s.clk.Now(), ri)
 	rd := s.core.Ready()
-	s.view.Store(rd.View)
+	changed := s.view.Swap(rd.View) != rd.View
 	for _, fx := range rd.Effects {
 		s.execute(fx)
 	}
-	if s.cfg.OnChange != nil {
+	if changed && s.cfg.OnChange != nil {
 		s.cfg.OnChange()
 	}
 	return rd.Next
@@ -348,11 +362,24 @@ func (s *Supervisor) report(in residency.Input) {
 	s.send(context.Background(), input{in: in})
 }
 
-// abort answers every request engine_crashed with its lane and refuses all later ones. It uses
-// only the owner's own registry, never the core, whose state a panic may have left half done.
+// abort answers every request engine_crashed with its lane and refuses all later ones. The
+// core answers what it knows (Abort); whatever a panic kept from it is answered from the
+// owner's own registry of waiting callers.
 func (s *Supervisor) abort(err error) {
 	s.stopErr.Store(&err)
 	s.view.Store(residency.StoppedView(err))
+	func() {
+		defer func() { _ = recover() }() // a core that panicked may panic again: the registry remains
+		s.core.Abort(err)
+		for _, fx := range s.core.Ready().Effects {
+			if a, ok := fx.(residency.Answer); ok {
+				if req := s.pending[a.Ticket]; req != nil {
+					delete(s.pending, a.Ticket)
+					req.reply <- a
+				}
+			}
+		}
+	}()
 	for t, req := range s.pending {
 		req.reply <- residency.Answer{Ticket: t, Lane: req.lane, Err: refusal.New(refusal.EngineCrashed, req.lane, "the compile scheduler stopped: %v", err)}
 	}

@@ -42,6 +42,8 @@ const (
 	EventRefund           = residency.EventRefund
 	EventLeaseGrant       = residency.EventLeaseGrant
 	EventLeaseRelease     = residency.EventLeaseRelease
+	EventExitConfirmed    = residency.EventExitConfirmed
+	EventAdmissionRefused = residency.EventAdmissionRefused
 )
 
 // WithRequestID tags a request's context so that the timeline names it.

@@ -197,6 +197,10 @@ func (w *Worker) Exchange(ctx context.Context, rung int, payload []byte) ([]byte
 	w.record("exchange %d", rung)
 	w.Lock()
 	gate, cost, reply := w.ExchangeGate, w.ExchangeCost, w.Reply
+	var done <-chan time.Time
+	if cost > 0 && gate == nil {
+		done = w.clk.After(cost) // before it counts as exchanging: a test that saw it may step
+	}
 	w.exchanging++
 	w.Unlock()
 	defer func() { w.Lock(); w.exchanging--; w.Unlock() }()
@@ -206,10 +210,13 @@ func (w *Worker) Exchange(ctx context.Context, rung int, payload []byte) ([]byte
 		case <-w.exited:
 			return nil, ErrBrokenPipe
 		}
+		if cost > 0 {
+			done = w.clk.After(cost)
+		}
 	}
-	if cost > 0 {
+	if done != nil {
 		select {
-		case <-w.clk.After(cost):
+		case <-done:
 		case <-w.exited:
 			return nil, ErrBrokenPipe
 		}

@@ -166,6 +166,9 @@ func (w *world) effect(fx residency.Effect) {
 			case s.faulty(0.01):
 				w.crashAt(p, s.now.Add(d/2))
 				return
+			case s.faulty(0.005):
+				w.hang(p, c, callTimeout)
+				return
 			case s.faulty(0.01):
 				err = fmt.Errorf("malformed release: %w", errFault)
 				released = s.chance(0.5)
