@@ -161,7 +161,6 @@ func New(cfg Config) *Agent {
 	return a
 }
 
-
 // Handler is the HTTP API.
 func (a *Agent) Handler() http.Handler { return a.api }
 

@@ -290,7 +290,12 @@ func (m *Machine) Unload() {
 		m.resident--
 		return
 	}
-	_ = m.withResidency(func(int) error { m.resident--; return nil })
+	// The local count drops first: the device frees the program whatever the shared record says.
+	// A record left unwritten overstates what this process holds, so the other processes see
+	// less room, never more (it is rewritten at the next load or unload, and dropped when the
+	// process ends).
+	m.resident--
+	_ = m.withResidency(func(int) error { return nil })
 }
 
 // withResidency runs f under the machine-wide residency lock with the programs the machine's
@@ -329,7 +334,11 @@ func (m *Machine) withResidency(f func(others int) error) error {
 		if err != nil {
 			continue
 		}
-		n, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+		n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil {
+			// Records are written whole under the lock; one that does not parse is not guessed at.
+			return fmt.Errorf("the residency record %s is malformed: %w", e.Name(), err)
+		}
 		others += n
 	}
 	if err := f(others); err != nil {

@@ -19,6 +19,10 @@ package simane
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,5 +237,43 @@ func TestTheProgramLimitIsTheMachinesNotEachProcesses(t *testing.T) {
 	a.Unload()
 	if _, err := b.Load(ctx, "id", layer(3)); err != nil {
 		t.Fatalf("after another process released one: %v", err)
+	}
+}
+
+func TestAMalformedResidencyRecordIsRefusedNotCountedAsEmpty(t *testing.T) {
+	dir := t.TempDir()
+	clk := clocktesting.NewFakeClock(time.Now())
+	m := New(Config{Clock: clk, Scale: 1e-9, ProgramLimit: 3, Dir: dir})
+	// A live process's record (this test's own pid, another stand-in's id) that does not parse.
+	if err := os.MkdirAll(filepath.Join(dir, "resident"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "resident", fmt.Sprintf("%d-999999", os.Getpid())), []byte("many"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.Load(context.Background(), "id", Layer{Model: "m", Index: 0, Rung: 128, WeightsDigest: "w"})
+	if err == nil || !strings.Contains(err.Error(), "malformed") {
+		t.Fatalf("a load beside an unreadable record: %v, want it refused as malformed", err)
+	}
+}
+
+func TestAnUnloadWhoseRecordCannotBeWrittenStillFreesTheLocalSlot(t *testing.T) {
+	dir := t.TempDir()
+	clk := clocktesting.NewFakeClock(time.Now())
+	m := New(Config{Clock: clk, Scale: 1e-9, ProgramLimit: 1, Dir: dir})
+	ctx := context.Background()
+	if _, err := m.Load(ctx, "id", Layer{Model: "m", Index: 0, Rung: 128, WeightsDigest: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	// The shared records become unreachable: the directory is replaced by a file.
+	if err := os.RemoveAll(filepath.Join(dir, "resident")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "resident"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m.Unload()
+	if m.resident != 0 {
+		t.Fatalf("after an unload whose record failed, the process still counts %d programs", m.resident)
 	}
 }

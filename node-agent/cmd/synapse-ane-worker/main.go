@@ -44,28 +44,32 @@ func main() {
 	simScale := flag.Float64("sim-scale", 1, "sim: multiplies every simulated compile and load time")
 	faults := flag.String("faults", os.Getenv("SYNAPSE_WORKER_FAULTS"), "test faults, for example crash:admit:2,malformed:execute:1,hang:evict:1")
 	probeRatio := flag.String("sim-probe-ratio", os.Getenv("SYNAPSE_SIM_PROBE_RATIO"), "sim: the device-to-CPU ratio the placement probe reports, for every rung (0.97) or single rungs (512=0.97); default 0.4, above 0.8 fails the probe")
-	programLimit := flag.Int("sim-program-limit", envInt("SYNAPSE_SIM_PROGRAM_LIMIT"), "sim: how many programs the machine holds resident, all workers together (default 120)")
+	limitDefault, limitErr := envCount("SYNAPSE_SIM_PROGRAM_LIMIT")
+	programLimit := flag.Int("sim-program-limit", limitDefault, "sim: how many programs the machine holds resident, all workers together (default 120)")
 	flag.Parse()
 
+	if limitErr != nil {
+		fmt.Fprintln(os.Stderr, "synapse-ane-worker:", limitErr)
+		os.Exit(2)
+	}
 	if err := run(*backend, *stateDir, *signingID, *simScale, *programLimit, *probeRatio, *faults); err != nil {
 		fmt.Fprintln(os.Stderr, "synapse-ane-worker:", err)
 		os.Exit(2)
 	}
 }
 
-// envInt reads an integer setting from the environment; unset or malformed reads as 0 (the
-// default), and a malformed one is said on stderr.
-func envInt(name string) int {
+// envCount reads a count from the environment; unset reads as 0 (the default). A malformed one
+// is an error: the worker refuses to start rather than run with a limit nobody asked for.
+func envCount(name string) (int, error) {
 	v := os.Getenv(name)
 	if v == "" {
-		return 0
+		return 0, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		fmt.Fprintf(os.Stderr, "synapse-ane-worker: %s=%q is not a count; using the default\n", name, v)
-		return 0
+		return 0, fmt.Errorf("%s=%q is not a count", name, v)
 	}
-	return n
+	return n, nil
 }
 
 func run(backendName, stateDir, signingID string, simScale float64, programLimit int, probeRatio, faultSpec string) error {
