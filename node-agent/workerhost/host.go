@@ -22,6 +22,7 @@ package workerhost
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -228,9 +229,7 @@ type Process struct {
 
 func (p *Process) logStderr(r io.Reader, done chan<- struct{}) {
 	defer close(done)
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := sc.Text()
+	readLines(r, maxStderrLine, func(line string) {
 		p.log.Info(line)
 		if p.onLine != nil {
 			p.onLine(line)
@@ -241,6 +240,36 @@ func (p *Process) logStderr(r io.Reader, done chan<- struct{}) {
 			p.tail = p.tail[1:]
 		}
 		p.mu.Unlock()
+	})
+}
+
+// maxStderrLine bounds what is kept of one stderr line; the rest of a longer line is read and
+// dropped, so the worker never blocks writing to a pipe nobody reads.
+const maxStderrLine = 16 << 10
+
+// readLines calls f with each line of r until r ends, a line cut to its first max bytes and
+// marked with how much was dropped. Unlike a bufio.Scanner, which stops at the first line longer
+// than its buffer, it reads r to its end whatever the worker writes.
+func readLines(r io.Reader, max int, f func(line string)) {
+	br := bufio.NewReaderSize(r, max)
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			line, dropped := string(chunk), 0
+			for errors.Is(err, bufio.ErrBufferFull) {
+				chunk, err = br.ReadSlice('\n')
+				dropped += len(chunk)
+			}
+			if bytes.HasSuffix(chunk, []byte("\n")) {
+				dropped-- // the newline is not part of the line
+			}
+			f(fmt.Sprintf("%s... (%d more bytes of this line dropped)", line, dropped))
+		} else if len(chunk) > 0 {
+			f(string(bytes.TrimSuffix(chunk, []byte("\n"))))
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
