@@ -49,9 +49,17 @@ const (
 	LaneReasonServiceNameTaken = "ServiceNameTaken"
 )
 
+// The defaults of a lane's request limits, which its placements carry resolved.
+const (
+	DefaultMaxBatchTokens        = 65536
+	DefaultMaxConcurrentRequests = 64
+	DefaultMaxQueuedRequests     = 256
+)
+
 // CatalogLaneSpec is a model served on an explicit device across a number of Mac nodes.
 // +kubebuilder:validation:XValidation:rule="!has(self.ceiling) || self.ceiling <= self.rungs[self.rungs.size() - 1]",message="ceiling must not exceed the largest rung: add a larger rung or lower the ceiling"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxResidentShapes) || self.maxResidentShapes <= self.rungs.size()",message="maxResidentShapes must not exceed the number of rungs"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxBatchTokens) || self.maxBatchTokens >= (has(self.ceiling) ? self.ceiling : self.rungs[self.rungs.size() - 1])",message="maxBatchTokens must be at least the ceiling (or the largest rung), or no single input could be served"
 type CatalogLaneSpec struct {
 	// model is the model's name; it must equal the referenced identity's spec.model.name.
 	// +required
@@ -129,6 +137,29 @@ type CatalogLaneSpec struct {
 	// Without one, policies whose laneSelector matches the lane apply.
 	// +optional
 	PrewarmPolicyRef *LocalObjectReference `json:"prewarmPolicyRef,omitempty"`
+
+	// maxBatchTokens bounds the tokens of one call, every input's together (for rerank, every
+	// query and document pair's), as TEI's max_batch_tokens does; a call over it is refused with
+	// batch_too_large (413) while its inputs are read, before anything runs. Defaults to 65536;
+	// at least the ceiling.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1048576
+	MaxBatchTokens *int32 `json:"maxBatchTokens,omitempty"`
+
+	// maxConcurrentRequests bounds the lane's calls running at once on each node. Defaults to 64.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	MaxConcurrentRequests *int32 `json:"maxConcurrentRequests,omitempty"`
+
+	// maxQueuedRequests bounds the lane's calls waiting on each node for one of the running
+	// ones to finish; a call past it is answered at once with 429 overloaded and Retry-After.
+	// Defaults to 256.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4096
+	MaxQueuedRequests *int32 `json:"maxQueuedRequests,omitempty"`
 }
 
 // CatalogLaneStatus aggregates the lane's placements.

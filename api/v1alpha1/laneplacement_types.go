@@ -132,6 +132,26 @@ type LanePlacementSpec struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=8
 	PrewarmRungs []Rung `json:"prewarmRungs,omitempty"`
+
+	// maxBatchTokens bounds the tokens of one call (the lane's, defaulted); 0: the agent's default.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1048576
+	MaxBatchTokens int32 `json:"maxBatchTokens,omitempty"`
+
+	// maxConcurrentRequests bounds the calls running at once (the lane's, defaulted); 0: the
+	// agent's default.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1024
+	MaxConcurrentRequests int32 `json:"maxConcurrentRequests,omitempty"`
+
+	// maxQueuedRequests bounds the calls waiting to run (the lane's, defaulted); past it a call
+	// is answered 429 overloaded.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4096
+	MaxQueuedRequests *int32 `json:"maxQueuedRequests,omitempty"`
 }
 
 // CompileProgress reports a running shape compile, which can take minutes when cold.

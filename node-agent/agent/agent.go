@@ -144,7 +144,8 @@ func New(cfg Config) *Agent {
 	a.sup = supervisor.New(supervisor.Config{Clock: cfg.Clock, Spawner: cfg.Host, Log: cfg.Log.WithName("supervisor"), Budget: cfg.Budget, LockPath: cfg.LockPath,
 		Warn: logwarn.Func(cfg.Log.WithName("supervisor")), CertifyObservation: cfg.CertifyObservation != "", OnChange: a.wake})
 	a.serve = serving.New(serving.Supervised(a.sup), cfg.Clock)
-	a.api = httpapi.New(httpapi.Config{Node: cfg.NodeName, Catalog: a, Runner: a.serve, Admin: a, Clock: cfg.Clock, Registry: a.registry})
+	a.api = httpapi.New(httpapi.Config{Node: cfg.NodeName, Catalog: a, Runner: a.serve, Admin: a, Clock: cfg.Clock, Registry: a.registry,
+		Log: cfg.Log.WithName("api")})
 	a.probeRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "synapse_agent_placement_probe_ratio",
 		Help: "Device over CPU-reference time of the runtime placement probe, by lane, rung and source (measured, or simulated by the sim backend: configured, not measured); above 0.8 the lane fails."},
 		[]string{"lane", "rung", "source"})
@@ -223,10 +224,11 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 		}
 	}()
 
-	srv := &http.Server{Handler: a.api, ReadHeaderTimeout: 10 * time.Second}
+	limits := httpapi.DefaultServerLimits()
+	srv := httpapi.NewHTTPServer(a.api, limits)
 	for _, ln := range lns {
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(httpapi.LimitListener(ln, limits)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				select {
 				case errs <- fmt.Errorf("http on %s: %w", ln.Addr(), err):
 				default: // another listener's failure is already stopping the agent

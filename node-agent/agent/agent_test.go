@@ -391,7 +391,7 @@ func TestALaneTokenizesWithItsArtifactsOwnTokenizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ids, err := tok.Encode("hello world!"); err != nil || !slices.Equal(ids, []uint32{0, 13, 17, 18, 1}) {
+	if ids, err := tok.EncodeContext(context.Background(), "hello world!", 0); err != nil || !slices.Equal(ids, []uint32{0, 13, 17, 18, 1}) {
 		t.Fatalf("the artifact's tokenizer gave %v, %v", ids, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte(`{`), 0o644); err != nil {

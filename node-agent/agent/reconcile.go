@@ -180,7 +180,7 @@ func (r *reconciler) load(ctx context.Context, l *lane, p *v1.LanePlacement, ide
 		// The device an answer names is the backend that computes it: sim for the stand-in.
 		Device: string(a.cfg.Worker.Backend), Rungs: rungs(p.Spec.Rungs), Ceiling: int(p.Spec.Ceiling),
 		Dimensions: int(identity.Spec.Model.EmbeddingDimensions), VectorSpace: identity.Spec.VectorSpaceID,
-		Deadline: time.Duration(p.Spec.RequestDeadlineSeconds) * time.Second,
+		Deadline: time.Duration(p.Spec.RequestDeadlineSeconds) * time.Second, MaxBatchTokens: int(p.Spec.MaxBatchTokens),
 		Resident: func() []int { snap, _ := a.sup.Snapshot(key); return snap.Resident }}
 	l.failure, l.verifyReason, l.verifyMessage, l.verified, l.probes = nil, "", "", nil, nil
 	a.mu.Unlock()

@@ -17,6 +17,7 @@ limitations under the License.
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,21 +58,53 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, endpoint string) 
 	return &call{s: s, w: w, r: r, endpoint: endpoint, start: s.cfg.Clock.Now()}
 }
 
-// decode reads a JSON body, bounded in size. Unknown fields are allowed: clients send some.
+// decode reads a JSON body, bounded in size, into v. The body is read once into a buffer the
+// call owns, sized by its Content-Length when it gives one, and decoded from there: the inputs
+// (rawJSON) are read from that buffer later, never copied. Unknown fields are allowed: clients
+// send some.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	dec := json.NewDecoder(body)
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return &apiError{status: http.StatusRequestEntityTooLarge, code: "request_too_large", message: fmt.Sprintf("the body is over %d bytes", MaxBodyBytes)}
+	body, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) && strings.Contains(syntax.Error(), "after top-level value") {
+			return badRequest("invalid_json", "", "the body holds more than one JSON value")
 		}
 		return badRequest("invalid_json", "", "the body is not valid JSON: "+err.Error())
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return badRequest("invalid_json", "", "the body holds more than one JSON value")
-	}
 	return nil
+}
+
+// readBody reads the request's body, refusing one over MaxBodyBytes with 413.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	tooBig := &apiError{status: http.StatusRequestEntityTooLarge, code: "request_too_large", message: fmt.Sprintf("the body is over %d bytes", MaxBodyBytes)}
+	if r.ContentLength > MaxBodyBytes {
+		return nil, tooBig
+	}
+	size := 512
+	if r.ContentLength > 0 {
+		size = int(r.ContentLength) + 1 // one more, to see the end without growing
+	}
+	buf, body := make([]byte, 0, size), http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // no or a wrong Content-Length: grow as append does
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case err == io.EOF:
+			return buf, nil
+		case err != nil:
+			var mb *http.MaxBytesError
+			if errors.As(err, &mb) {
+				return nil, tooBig
+			}
+			return nil, badRequest("invalid_json", "", "the body could not be read: "+err.Error())
+		}
+	}
 }
 
 // candidates resolves the request's model to the lanes that may serve it.
@@ -94,8 +127,17 @@ func (s *Server) candidates(c *call, model, task string) ([]Lane, bool, error) {
 
 // route decides the call's lane, and its tokens by that lane's tokenizer, before anything
 // runs, and records why.
-func (s *Server) route(c *call, model, task string, lanes []Lane, byName bool, tokenize func(Lane) ([][]uint32, error)) (Lane, [][]uint32, error) {
-	chosen, reason, err := plan(model, task, lanes, byName, tokenize)
+func (s *Server) route(c *call, model, task string, lanes []Lane, byName bool, read func(*reader) ([][]uint32, error)) (Lane, [][]uint32, error) {
+	chosen, reason, err := plan(model, task, lanes, byName, func(l Lane) ([][]uint32, error) {
+		// Tokenising counts against the lane's deadline, and ends with it (what is left of it
+		// by the API's clock).
+		ctx, cancel := context.WithCancel(c.r.Context())
+		if d := c.deadline(l); !d.IsZero() {
+			ctx, cancel = context.WithTimeout(c.r.Context(), d.Sub(s.cfg.Clock.Now()))
+		}
+		defer cancel()
+		return read(newReader(ctx, l))
+	})
 	if err != nil {
 		return Lane{}, nil, err
 	}
@@ -110,14 +152,19 @@ func (c *call) run(lane Lane, task string, sequences [][]uint32) (*serving.Resul
 	for _, seq := range sequences {
 		c.tokens += len(seq)
 	}
-	var deadline time.Time
-	if lane.Deadline > 0 {
-		deadline = c.start.Add(lane.Deadline)
-	}
+	deadline := c.deadline(lane)
 	g := c.s.metrics.inflight.WithLabelValues(c.lane)
 	g.Inc()
 	defer g.Dec()
 	return c.s.cfg.Runner.Run(c.r.Context(), lane.Key, task, sequences, deadline)
+}
+
+// deadline is the call's absolute deadline on lane, from its arrival (zero: none).
+func (c *call) deadline(lane Lane) time.Time {
+	if lane.Deadline <= 0 {
+		return time.Time{}
+	}
+	return c.start.Add(lane.Deadline)
 }
 
 func (c *call) ranOn(lane Lane, res *serving.Result) ranOn {
@@ -156,6 +203,10 @@ func (c *call) fail(err error) {
 		return
 	}
 	e := fromError(err)
+	if e.status >= 500 {
+		// The caller gets the code and scrubbed words; the log gets everything.
+		c.s.cfg.Log.Info("call failed", "endpoint", c.endpoint, "lane", c.lane, "code", e.code, "error", err.Error())
+	}
 	if c.lane != "" {
 		c.w.Header().Set("X-Synapse-Lane", c.lane)
 		c.w.Header().Set("X-Synapse-Node", c.s.cfg.Node)

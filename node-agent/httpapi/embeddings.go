@@ -17,10 +17,8 @@ limitations under the License.
 package httpapi
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -33,7 +31,7 @@ const MaxInputs = 2048
 // an array of token ids or an array of arrays of token ids.
 type embeddingsRequest struct {
 	Model          string          `json:"model"`
-	Input          json.RawMessage `json:"input"`
+	Input          rawJSON         `json:"input"`
 	EncodingFormat string          `json:"encoding_format"`
 	Dimensions     *int            `json:"dimensions"`
 	User           string          `json:"user"`
@@ -76,7 +74,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		c.fail(err)
 		return
 	}
-	lane, sequences, err := s.route(c, req.Model, "embed", lanes, byName, func(l Lane) ([][]uint32, error) { return parseInput(req.Input, l) })
+	lane, sequences, err := s.route(c, req.Model, "embed", lanes, byName, func(r *reader) ([][]uint32, error) { return parseInput(r, req.Input) })
 	if err != nil {
 		c.fail(err)
 		return
@@ -110,97 +108,71 @@ func encodeBase64(v []float32) string {
 	return base64.StdEncoding.EncodeToString(b)
 }
 
-// parseInput reads the input union into token sequences: text is tokenised by the lane's
-// tokenizer, token ids are taken as they are.
-func parseInput(raw json.RawMessage, lane Lane) ([][]uint32, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+// parseInput reads the input union into token sequences for the lane, under its limits: text is
+// tokenised by the lane's tokenizer, token ids are read from the body as they are. Every input
+// is checked against the lane's ceiling, and the call's total against its batch bound, as it is
+// read, so an oversize input costs at most the bound's tokens before it is refused.
+func parseInput(r *reader, raw rawJSON) ([][]uint32, error) {
+	i := skipSpace(raw, 0)
+	if i == len(raw) || raw[i] == 'n' { // absent or null
 		return nil, badRequest("invalid_request", "input", "input is required: a string, an array of strings, an array of token ids or an array of arrays of token ids")
 	}
-	var text string
-	if raw[0] == '"' {
-		if err := json.Unmarshal(raw, &text); err != nil {
+	raw = raw[i:]
+	switch raw[0] {
+	case '"':
+		text, err := jsonString(raw)
+		if err != nil {
 			return nil, badRequest("invalid_request", "input", err.Error())
 		}
-		ids, err := encode(lane, text, "input", "input")
+		ids, err := r.text(text, "input", "input")
+		if err != nil {
+			return nil, err
+		}
+		return [][]uint32{ids}, nil
+	case '[':
+	default:
+		return nil, badRequest("invalid_request", "input", "input must be a string or an array")
+	}
+	first := skipSpace(raw, 1)
+	if raw[first] == ']' {
+		return nil, badRequest("invalid_request", "input", "input is an empty array")
+	}
+	if raw[first] != '"' && raw[first] != '[' {
+		// An array of numbers is one input of token ids.
+		ids, err := r.ids(raw, "input", "input")
 		if err != nil {
 			return nil, err
 		}
 		return [][]uint32{ids}, nil
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, badRequest("invalid_request", "input", "input must be a string or an array")
+	// An array of strings or of arrays is a batch.
+	if n := countElements(raw); n > MaxInputs {
+		return nil, badRequest("too_many_inputs", "input", fmt.Sprintf("%d inputs in one call; at most %d", n, MaxInputs))
 	}
-	if len(items) == 0 {
-		return nil, badRequest("invalid_request", "input", "input is an empty array")
-	}
-	first := bytes.TrimSpace(items[0])
-	// An array of strings or of arrays is a batch; an array of numbers is one input.
-	if len(items) > MaxInputs && len(first) > 0 && (first[0] == '"' || first[0] == '[') {
-		return nil, badRequest("too_many_inputs", "input", fmt.Sprintf("%d inputs in one call; at most %d", len(items), MaxInputs))
-	}
-	switch {
-	case len(first) > 0 && first[0] == '"':
-		out := make([][]uint32, len(items))
-		for i, it := range items {
-			if err := json.Unmarshal(it, &text); err != nil {
-				return nil, badRequest("invalid_request", "input", fmt.Sprintf("input[%d]: every element must be a string like the first: %v", i, err))
-			}
+	kind := raw[first]
+	var out [][]uint32
+	err := elements(raw, 0, func(e []byte) error {
+		what := fmt.Sprintf("input[%d]", len(out))
+		if e[0] != kind {
+			return badRequest("invalid_request", "input", fmt.Sprintf("%s: every element must be %s like the first", what, map[byte]string{'"': "a string", '[': "an array of token ids"}[kind]))
+		}
+		var ids []uint32
+		if kind == '[' {
 			var err error
-			if out[i], err = encode(lane, text, "input", fmt.Sprintf("input[%d]", i)); err != nil {
-				return nil, err
+			if ids, err = r.ids(e, "input", what); err != nil {
+				return err
 			}
-		}
-		return out, nil
-	case len(first) > 0 && first[0] == '[':
-		out := make([][]uint32, len(items))
-		for i, it := range items {
-			ids, err := tokenIDs(it)
+		} else {
+			text, err := jsonString(e)
 			if err != nil {
-				return nil, badRequest("invalid_request", "input", fmt.Sprintf("input[%d]: %v", i, err))
+				return badRequest("invalid_request", "input", fmt.Sprintf("%s: %v", what, err))
 			}
-			out[i] = ids
+			if ids, err = r.text(text, "input", what); err != nil {
+				return err
+			}
 		}
-		return out, nil
-	default:
-		ids, err := tokenIDs(raw)
-		if err != nil {
-			return nil, badRequest("invalid_request", "input", err.Error())
-		}
-		return [][]uint32{ids}, nil
-	}
-}
-
-// tokenIDs reads an array of token ids: integers in [0, 2^32).
-func tokenIDs(raw json.RawMessage) ([]uint32, error) {
-	var nums []json.Number
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&nums); err != nil {
-		return nil, fmt.Errorf("token ids must be an array of integers: %v", err)
-	}
-	out := make([]uint32, len(nums))
-	for i, n := range nums {
-		v, err := n.Int64()
-		if err != nil || v < 0 || v > math.MaxUint32 {
-			return nil, fmt.Errorf("token id %d (%s) is not an integer in [0, 4294967295]", i, n)
-		}
-		out[i] = uint32(v)
-	}
-	return out, nil
-}
-
-// encode tokenises one text with the lane's model's tokenizer; a lane without one takes token
-// ids only, and a text the tokenizer cannot encode is refused, never cut.
-func encode(lane Lane, text, param, what string) ([]uint32, error) {
-	if lane.Tokenizer == nil {
-		return nil, badRequest("text_input_unsupported", param, fmt.Sprintf("lane %s has no tokenizer: send token ids", lane.Key))
-	}
-	ids, err := lane.Tokenizer.Encode(text)
-	if err != nil {
-		return nil, &apiError{status: http.StatusUnprocessableEntity, code: "tokenization_failed", param: param,
-			message: fmt.Sprintf("%s: %v", what, err)}
-	}
-	return ids, nil
+		out = append(out, ids)
+		return nil
+	})
+	return out, err
 }

@@ -20,7 +20,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
@@ -75,7 +77,11 @@ func statusOf(code refusal.Code) int {
 	}
 }
 
-// fromError turns any error of a call into its answer.
+// fromError turns any error of a call into its answer. The answer goes to whoever called, so it
+// carries the refusal's code and words but never a file path or what a worker wrote on stderr
+// (a load failure's or a worker fault's message may hold both): those are cut from it here, and
+// the whole error goes to the agent's log. An error that is not a refusal says only that it
+// happened.
 func fromError(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -83,9 +89,24 @@ func fromError(err error) *apiError {
 	}
 	var r *refusal.Error
 	if errors.As(err, &r) {
-		return &apiError{status: statusOf(r.Code), code: string(r.Code), message: r.Error(), retryAfter: r.RetryAfter}
+		return &apiError{status: statusOf(r.Code), code: string(r.Code), message: scrub(r.Error()), retryAfter: r.RetryAfter}
 	}
-	return &apiError{status: http.StatusInternalServerError, code: "internal_error", message: err.Error()}
+	return &apiError{status: http.StatusInternalServerError, code: "internal_error", message: "the agent failed to answer the call; its log has the detail"}
+}
+
+// stderrMarker starts the stderr lines workerhost appends to a worker's fault.
+const stderrMarker = "; it said:"
+
+// absPath is an absolute file path inside a message: a slash after a space, a quote, a colon,
+// an equals sign or a parenthesis, up to the next space, quote, comma, semicolon or parenthesis.
+var absPath = regexp.MustCompile(`(^|[\s"'(=:])/[^\s"',;)]+`)
+
+// scrub removes file paths and worker stderr from a message meant for a caller.
+func scrub(msg string) string {
+	if i := strings.Index(msg, stderrMarker); i >= 0 {
+		msg = msg[:i] + " (the worker's output is in the agent's log)"
+	}
+	return absPath.ReplaceAllString(msg, "${1}<path>")
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {

@@ -32,7 +32,7 @@ import (
 type rerankRequest struct {
 	Model           string            `json:"model"`
 	Query           *string           `json:"query"`
-	Documents       []json.RawMessage `json:"documents"`
+	Documents       []rawJSON         `json:"documents"`
 	TopN            *int              `json:"top_n"`
 	ReturnDocuments bool              `json:"return_documents"`
 }
@@ -96,7 +96,7 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 		c.fail(err)
 		return
 	}
-	lane, sequences, err := s.route(c, req.Model, "rerank", lanes, byName, func(l Lane) ([][]uint32, error) { return rerankSequences(l, *req.Query, texts) })
+	lane, sequences, err := s.route(c, req.Model, "rerank", lanes, byName, func(r *reader) ([][]uint32, error) { return rerankSequences(r, *req.Query, texts) })
 	if err != nil {
 		c.fail(err)
 		return
@@ -130,9 +130,8 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 	c.ok(out)
 }
 
-func documentText(raw json.RawMessage) (string, error) {
+func documentText(raw rawJSON) (string, error) {
 	raw = bytes.TrimSpace(raw)
-	var text string
 	if len(raw) > 0 && raw[0] == '{' {
 		var d struct {
 			Text *string `json:"text"`
@@ -142,25 +141,33 @@ func documentText(raw json.RawMessage) (string, error) {
 		}
 		return *d.Text, nil
 	}
-	if err := json.Unmarshal(raw, &text); err != nil {
+	text, err := jsonString(raw)
+	if err != nil {
 		return "", fmt.Errorf("a document is a string or an object with a text field")
 	}
 	return text, nil
 }
 
 // rerankSequences is each document's sequence for the lane: the query, the separator and the
-// document, as the lane's own tokenizer encodes them.
-func rerankSequences(lane Lane, queryText string, texts []string) ([][]uint32, error) {
-	query, err := encode(lane, queryText, "query", "query")
+// document, as the lane's own tokenizer encodes them. Each document is tokenised within what the
+// ceiling leaves after the query and the separator, and the call's pairs within its batch
+// bound, before its pair is built: a long query repeated over many documents is refused, not
+// copied.
+func rerankSequences(r *reader, queryText string, texts []string) ([][]uint32, error) {
+	// The query must leave room for the separator and one token of document.
+	query, err := r.textWithin(queryText, "query", "the query", r.lane.Ceiling-2, 0)
 	if err != nil {
 		return nil, err
 	}
 	if len(query) == 0 {
 		return nil, badRequest("invalid_request", "query", "the query has no tokens")
 	}
+	r.left += len(query) // the query is charged with each pair below
 	sequences := make([][]uint32, len(texts))
 	for i, t := range texts {
-		doc, err := encode(lane, t, "documents", fmt.Sprintf("documents[%d]", i))
+		what := fmt.Sprintf("documents[%d] (after the query's %d tokens and the separator)", i, len(query))
+		room := min(r.lane.Ceiling, r.left) - len(query) - 1
+		doc, err := r.textWithin(t, "documents", what, room, len(query)+1)
 		if err != nil {
 			return nil, err
 		}

@@ -17,6 +17,7 @@ limitations under the License.
 package httpapi
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -48,6 +49,8 @@ const bucketPolicy = "/smallest_fitting_bucket"
 type candidate struct {
 	lane      Lane
 	sequences [][]uint32
+	// tooLong, if set, is the input this lane's ceiling rules out.
+	tooLong *tooLong
 }
 
 // plan decides, before anything runs, which of the lanes a call runs on, with which tokens, and
@@ -71,6 +74,11 @@ func plan(model, task string, lanes []Lane, byName bool, tokenize func(Lane) ([]
 	cands := make([]candidate, len(lanes))
 	for i, l := range lanes {
 		seqs, err := tokenize(l)
+		var tl *tooLong
+		if errors.As(err, &tl) {
+			cands[i] = candidate{lane: l, tooLong: tl}
+			continue
+		}
 		if err != nil {
 			return candidate{}, "", err
 		}
@@ -101,6 +109,9 @@ func vectorSpaces(lanes []Lane) []string {
 // is never split across lanes, and nothing that fails later moves it.
 func route(model, task string, cands []candidate, byName bool) (candidate, string, error) {
 	if byName {
+		if cands[0].tooLong != nil {
+			return candidate{}, "", cands[0].tooLong.refusal()
+		}
 		return cands[0], ReasonLaneNamed + bucketPolicy, nil
 	}
 	type fit struct {
@@ -112,6 +123,10 @@ func route(model, task string, cands []candidate, byName bool) (candidate, strin
 	var limits []string
 	for _, c := range cands {
 		l, longest := c.lane, 0
+		if c.tooLong != nil {
+			limits = append(limits, fmt.Sprintf("%s/%s takes %d and by its tokenizer %s has more", l.Namespace, l.Name, l.Ceiling, c.tooLong.what))
+			continue
+		}
 		for _, s := range c.sequences {
 			longest = max(longest, len(s))
 		}

@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/utils/clock"
@@ -57,6 +58,9 @@ type Lane struct {
 	Tokenizer tokenizer.Tokenizer
 	// Deadline bounds a request from its arrival (the lane's requestDeadlineSeconds).
 	Deadline time.Duration
+	// MaxBatchTokens bounds the tokens of one call (DefaultMaxBatchTokens if zero; never below
+	// the ceiling); a call over it is refused batch_too_large (413) while its inputs are read.
+	MaxBatchTokens int
 	// Resident, if set, lists the buckets resident now (routing prefers them among equals).
 	Resident func() []int
 }
@@ -87,6 +91,8 @@ type Config struct {
 	Runner  Runner
 	Admin   Admin
 	Clock   clock.PassiveClock
+	// Log receives what answers leave out: the whole error of a call that failed on the node.
+	Log logr.Logger
 	// Ready reports whether the agent serves (nil: ready); /readyz answers 503 with its error.
 	Ready func() error
 	// Registry holds the API's metrics and is served on /metrics with everything else
@@ -159,7 +165,8 @@ func (s *Server) admin(call func(context.Context) error) http.HandlerFunc {
 			return
 		}
 		if err := call(r.Context()); err != nil {
-			writeError(w, &apiError{status: http.StatusInternalServerError, code: "admin_failed", message: err.Error()})
+			s.cfg.Log.Error(err, "admin call failed", "path", r.URL.Path)
+			writeError(w, &apiError{status: http.StatusInternalServerError, code: "admin_failed", message: scrub(err.Error())})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

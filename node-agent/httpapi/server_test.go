@@ -89,6 +89,10 @@ func (fakeCatalog) Lookup(model string) ([]Lane, bool, error) {
 			return []Lane{v2}, true, nil
 		}
 		return []Lane{v1, v2}, false, nil
+	case "tight", "tight-rerank":
+		l := testLane(model, map[bool]string{true: "rerank", false: "embed"}[model == "tight-rerank"], []int{128})
+		l.MaxBatchTokens = 200
+		return []Lane{l}, true, nil
 	case "picky", "picky-rerank":
 		l := testLane(model, map[bool]string{true: "rerank", false: "embed"}[model == "picky-rerank"], []int{128})
 		l.Tokenizer = pickyTokenizer{}
@@ -204,8 +208,8 @@ func TestEmbeddingsAcceptEveryInputFormAndSayWhereTheyRan(t *testing.T) {
 		{`["a", "b c"]`, [][]uint32{simIDs("a"), simIDs("b c")}},
 		{`[5, 6, 7]`, [][]uint32{{5, 6, 7}}},
 		{`[[1, 2], [4294967295]]`, [][]uint32{{1, 2}, {4294967295}}},
-		// One input of more token ids than a call may have inputs.
-		{idArray(MaxInputs + 1), [][]uint32{ids(MaxInputs + 1)}},
+		{` [ 1 ,2 ] `, [][]uint32{{1, 2}}},
+		{`"esc\u0061ped \"quotes\""`, [][]uint32{simIDs(`escaped "quotes"`)}},
 	} {
 		resp, body := post(t, ts.URL+"/v1/embeddings", `{"model": "embed", "input": `+tc.input+`}`)
 		if resp.StatusCode != http.StatusOK {
@@ -465,11 +469,11 @@ func simIDs(text string) []uint32 {
 // pickyTokenizer cannot encode a text that holds a z.
 type pickyTokenizer struct{}
 
-func (pickyTokenizer) Encode(text string) ([]uint32, error) {
+func (pickyTokenizer) EncodeContext(ctx context.Context, text string, max int) ([]uint32, error) {
 	if strings.Contains(text, "z") {
 		return nil, errors.New("the vocabulary has no z")
 	}
-	return simIDs(text), nil
+	return tokenizer.Sim{}.EncodeContext(ctx, text, max)
 }
 
 // charTokenizer gives one token per character.
@@ -479,6 +483,14 @@ func (charTokenizer) Encode(text string) ([]uint32, error) {
 	var ids []uint32
 	for _, r := range text {
 		ids = append(ids, 1+uint32(r)%1000)
+	}
+	return ids, nil
+}
+
+func (c charTokenizer) EncodeContext(_ context.Context, text string, max int) ([]uint32, error) {
+	ids, _ := c.Encode(text)
+	if max > 0 && len(ids) > max {
+		return nil, &tokenizer.TooLongError{Max: max, Tokens: len(ids)}
 	}
 	return ids, nil
 }

@@ -17,12 +17,13 @@ limitations under the License.
 package tokenizer
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
 	"strings"
-	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
@@ -39,10 +40,24 @@ import (
 // ByteLevel with use_regex false only maps bytes, as it should, rather than splitting again.
 // Anything else the library cannot read is refused with an error naming it.
 type HF struct {
-	// mu serialises encodings: the library's tokenizer keeps mutable state between calls.
-	mu sync.Mutex
-	tk *hf.Tokenizer
+	// sem serialises encodings (the library's tokenizer keeps mutable state between calls);
+	// a channel rather than a mutex, so that waiting for it ends with the caller's context.
+	sem chan struct{}
+	tk  *hf.Tokenizer
+	// cur is the context of the encoding that holds sem, which the regexp2 patterns look at
+	// between matches: the library's pre-tokenizers have no way to return an error.
+	cur *encodeState
 }
+
+type encodeState struct{ ctx context.Context }
+
+// MatchTimeout bounds one regexp2 match of a Split pattern. regexp2 backtracks, so a pattern
+// and text chosen together could otherwise run for minutes; a match that takes longer refuses
+// the text (a real pre-tokenizer pattern matches one piece in microseconds).
+const MatchTimeout = time.Second
+
+// stopped carries an encoding's end out of the library, which has no error path there.
+type stopped struct{ err error }
 
 // LoadHF reads a tokenizer.json.
 func LoadHF(path string) (*HF, error) {
@@ -68,8 +83,9 @@ func ParseHF(data []byte) (t *HF, err error) {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
 	var pre hf.PreTokenizer
+	st := &encodeState{ctx: context.Background()}
 	if cfg, ok := doc["pre_tokenizer"].(map[string]any); ok && needsOwnPreTokenizer(cfg) {
-		if pre, err = buildPreTokenizer(cfg); err != nil {
+		if pre, err = buildPreTokenizer(cfg, st); err != nil {
 			return nil, fmt.Errorf("tokenizer.json: pre_tokenizer: %w", err)
 		}
 		doc["pre_tokenizer"] = nil
@@ -90,25 +106,49 @@ func ParseHF(data []byte) (t *HF, err error) {
 	if pre != nil {
 		tk.WithPreTokenizer(pre)
 	}
-	return &HF{tk: tk}, nil
+	return &HF{tk: tk, sem: make(chan struct{}, 1), cur: st}, nil
 }
 
-// Encode implements Tokenizer: the ids of text with the tokenizer's special tokens (its
-// post-processor's template).
-func (t *HF) Encode(text string) (ids []uint32, err error) {
+// Encode is EncodeContext without a context or bound.
+func (t *HF) Encode(text string) ([]uint32, error) {
+	return t.EncodeContext(context.Background(), text, 0)
+}
+
+// EncodeContext implements Tokenizer: the ids of text with the tokenizer's special tokens (its
+// post-processor's template). The library encodes a text whole, so the bound on tokens is
+// checked on its result; the wait for the tokenizer and each regexp2 match end with ctx.
+func (t *HF) EncodeContext(ctx context.Context, text string, max int) (ids []uint32, err error) {
 	if !utf8.ValidString(text) {
 		return nil, fmt.Errorf("the text is not valid UTF-8")
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	select {
+	case t.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	t.cur.ctx = ctx
+	defer func() {
+		t.cur.ctx = context.Background()
+		<-t.sem
+	}()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if r := recover(); r != nil {
+			if s, ok := r.(stopped); ok {
+				ids, err = nil, s.err
+				return
+			}
 			ids, err = nil, fmt.Errorf("the tokenizer cannot encode this text: %v", r)
 		}
 	}()
 	enc, err := t.tk.EncodeSingle(text, true)
 	if err != nil {
 		return nil, err
+	}
+	if max > 0 && len(enc.Ids) > max {
+		return nil, &TooLongError{Max: max, Tokens: len(enc.Ids)}
 	}
 	ids = make([]uint32, len(enc.Ids))
 	for i, id := range enc.Ids {
@@ -145,7 +185,7 @@ func needsOwnPreTokenizer(cfg map[string]any) bool {
 
 // buildPreTokenizer builds the Sequence, Split and ByteLevel pre-tokenizers from cfg; other
 // kinds are refused (they appear here only inside a configuration that needed its own).
-func buildPreTokenizer(cfg map[string]any) (hf.PreTokenizer, error) {
+func buildPreTokenizer(cfg map[string]any, st *encodeState) (hf.PreTokenizer, error) {
 	switch cfg["type"] {
 	case "Sequence":
 		subs, _ := cfg["pretokenizers"].([]any)
@@ -155,7 +195,7 @@ func buildPreTokenizer(cfg map[string]any) (hf.PreTokenizer, error) {
 			if !ok {
 				return nil, fmt.Errorf("a Sequence member is not an object")
 			}
-			p, err := buildPreTokenizer(m)
+			p, err := buildPreTokenizer(m, st)
 			if err != nil {
 				return nil, err
 			}
@@ -170,7 +210,8 @@ func buildPreTokenizer(cfg map[string]any) (hf.PreTokenizer, error) {
 			if err != nil {
 				return nil, fmt.Errorf("Split pattern %q: %w", re, err)
 			}
-			pattern = regexp2Pattern{compiled}
+			compiled.MatchTimeout = MatchTimeout
+			pattern = regexp2Pattern{re: compiled, st: st}
 		} else if s, ok := p["String"].(string); ok {
 			pattern = normalizer.NewRegexpPattern(regexp.QuoteMeta(s))
 		} else {
@@ -197,8 +238,13 @@ func buildPreTokenizer(cfg map[string]any) (hf.PreTokenizer, error) {
 }
 
 // regexp2Pattern is a Split pattern on regexp2, for the lookaheads Go's regexp does not have.
-// Its offsets are bytes, as the library's own patterns' are.
-type regexp2Pattern struct{ re *regexp2.Regexp }
+// Its offsets are bytes, as the library's own patterns' are. A match that times out, or an
+// encoding whose context ends, stops the encoding with an error: a text split on a partial list
+// of matches would be tokenised wrongly without a word.
+type regexp2Pattern struct {
+	re *regexp2.Regexp
+	st *encodeState
+}
 
 func (p regexp2Pattern) FindMatches(inside string) []normalizer.OffsetsMatch {
 	if inside == "" {
@@ -214,6 +260,9 @@ func (p regexp2Pattern) FindMatches(inside string) []normalizer.OffsetsMatch {
 	prev := 0
 	m, err := p.re.FindStringMatch(inside)
 	for err == nil && m != nil {
+		if cerr := p.st.ctx.Err(); cerr != nil {
+			panic(stopped{cerr})
+		}
 		start, end := runeToByte[m.Index], runeToByte[m.Index+m.Length]
 		if start > prev {
 			out = append(out, normalizer.OffsetsMatch{Offsets: []int{prev, start}, Match: false})
@@ -223,6 +272,9 @@ func (p regexp2Pattern) FindMatches(inside string) []normalizer.OffsetsMatch {
 		}
 		prev = end
 		m, err = p.re.FindNextMatch(m)
+	}
+	if err != nil {
+		panic(stopped{fmt.Errorf("the pre-tokenizer's pattern took over %s on one match: %w", MatchTimeout, err)})
 	}
 	if prev < len(inside) {
 		out = append(out, normalizer.OffsetsMatch{Offsets: []int{prev, len(inside)}, Match: false})

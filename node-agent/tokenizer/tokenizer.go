@@ -20,6 +20,9 @@ limitations under the License.
 package tokenizer
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"hash/fnv"
 	"unicode"
 	"unicode/utf8"
@@ -28,8 +31,30 @@ import (
 // Tokenizer encodes text. An error means the text cannot be encoded by this tokenizer (its
 // vocabulary lacks a character, say); the caller refuses the input rather than drop it.
 type Tokenizer interface {
-	Encode(text string) ([]uint32, error)
+	// EncodeContext encodes text, giving up with ctx's error once ctx ends and with a
+	// *TooLongError once the text is known to have more than max tokens (max <= 0: no bound),
+	// so a request's deadline and its lane's ceiling bound the work and memory one text costs.
+	EncodeContext(ctx context.Context, text string, max int) ([]uint32, error)
 }
+
+// TooLongError says a text has more tokens than the bound it was encoded under.
+type TooLongError struct {
+	// Max is the bound; Tokens what was counted before encoding stopped (at least Max+1).
+	Max, Tokens int
+}
+
+func (e *TooLongError) Error() string {
+	return fmt.Sprintf("the text has over %d tokens (%d counted before encoding stopped)", e.Max, e.Tokens)
+}
+
+// IsTooLong reports whether err is a *TooLongError.
+func IsTooLong(err error) bool {
+	var t *TooLongError
+	return errors.As(err, &t)
+}
+
+// checkEvery is how many runes the Sim tokenizer reads between two looks at its context.
+const checkEvery = 4096
 
 // Separator is the token id reserved between a rerank query and its document; Sim never
 // produces it.
@@ -43,10 +68,21 @@ type Sim struct {
 	Vocabulary uint32
 }
 
-// Encode implements Tokenizer; Sim encodes every text.
+// Encode encodes text without a bound; Sim encodes every text.
 func (s Sim) Encode(text string) ([]uint32, error) { return s.ids(text), nil }
 
+// EncodeContext implements Tokenizer: it stops at the max+1st token, so an oversize text costs
+// no more than max+1 ids, and looks at ctx every few thousand characters.
+func (s Sim) EncodeContext(ctx context.Context, text string, max int) ([]uint32, error) {
+	return s.encode(ctx, text, max)
+}
+
 func (s Sim) ids(text string) []uint32 {
+	ids, _ := s.encode(context.Background(), text, 0)
+	return ids
+}
+
+func (s Sim) encode(ctx context.Context, text string, max int) ([]uint32, error) {
 	vocab := s.Vocabulary
 	if vocab == 0 {
 		vocab = 30522
@@ -64,7 +100,15 @@ func (s Sim) ids(text string) []uint32 {
 			word = word[:0]
 		}
 	}
-	for i := 0; i < len(text); {
+	for i, runes := 0, 0; i < len(text); runes++ {
+		if runes%checkEvery == checkEvery-1 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		if max > 0 && len(out) > max {
+			return nil, &TooLongError{Max: max, Tokens: len(out)}
+		}
 		r, n := utf8.DecodeRuneInString(text[i:])
 		i += n
 		switch {
@@ -78,5 +122,8 @@ func (s Sim) ids(text string) []uint32 {
 		}
 	}
 	flush()
-	return out
+	if max > 0 && len(out) > max {
+		return nil, &TooLongError{Max: max, Tokens: len(out)}
+	}
+	return out, nil
 }

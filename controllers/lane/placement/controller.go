@@ -41,6 +41,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -354,7 +355,10 @@ func newPlacement(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, node str
 			Lane: lane.Name, Node: node, Identity: identity.Name, Task: lane.Spec.Task, Device: lane.Spec.Device,
 			Rungs: slices.Clone(lane.Spec.Rungs), Ceiling: ceiling, MaxResidentShapes: maxShapes,
 			AdmissionBoundSeconds: lane.Spec.AdmissionBoundSeconds, RequestDeadlineSeconds: lane.Spec.RequestDeadlineSeconds,
-			PrewarmRungs: prewarmRungs,
+			PrewarmRungs:          prewarmRungs,
+			MaxBatchTokens:        ptr.Deref(lane.Spec.MaxBatchTokens, v1.DefaultMaxBatchTokens),
+			MaxConcurrentRequests: ptr.Deref(lane.Spec.MaxConcurrentRequests, v1.DefaultMaxConcurrentRequests),
+			MaxQueuedRequests:     ptr.To(ptr.Deref(lane.Spec.MaxQueuedRequests, v1.DefaultMaxQueuedRequests)),
 		},
 	}
 }
