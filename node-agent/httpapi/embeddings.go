@@ -30,11 +30,11 @@ const MaxInputs = 2048
 // embeddingsRequest is the OpenAI embeddings request. Input is a string, an array of strings,
 // an array of token ids or an array of arrays of token ids.
 type embeddingsRequest struct {
-	Model          string          `json:"model"`
-	Input          rawJSON         `json:"input"`
-	EncodingFormat string          `json:"encoding_format"`
-	Dimensions     *int            `json:"dimensions"`
-	User           string          `json:"user"`
+	Model          string  `json:"model"`
+	Input          rawJSON `json:"input"`
+	EncodingFormat string  `json:"encoding_format"`
+	Dimensions     *int    `json:"dimensions"`
+	User           string  `json:"user"`
 }
 
 type embeddingsResponse struct {

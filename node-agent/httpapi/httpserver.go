@@ -29,7 +29,7 @@ import (
 // open at once on each listener.
 type ServerLimits struct {
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
-	MaxHeaderBytes                                           int
+	MaxHeaderBytes                                            int
 	// MaxConns bounds the connections a listener holds open; past it, new connections wait in
 	// the kernel's accept queue until one closes.
 	MaxConns int

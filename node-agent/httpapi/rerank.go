@@ -30,11 +30,11 @@ import (
 // rerankRequest is the request Cohere, Jina and TEI-style clients send. A document is a string
 // or an object with a text field.
 type rerankRequest struct {
-	Model           string            `json:"model"`
-	Query           *string           `json:"query"`
-	Documents       []rawJSON         `json:"documents"`
-	TopN            *int              `json:"top_n"`
-	ReturnDocuments bool              `json:"return_documents"`
+	Model           string    `json:"model"`
+	Query           *string   `json:"query"`
+	Documents       []rawJSON `json:"documents"`
+	TopN            *int      `json:"top_n"`
+	ReturnDocuments bool      `json:"return_documents"`
 }
 
 type rerankResponse struct {
