@@ -104,12 +104,14 @@ simulate: ## Drive the residency core through SEEDS seeded schedules (or for DUR
 FUZZTIME ?= 10m
 
 .PHONY: fuzz
-fuzz: ## Fuzz the frame decoder, the worker's message handling, the manifest parser, the archive unpacker and the MIL validator, FUZZTIME each.
+fuzz: ## Fuzz the frame decoder, the worker's message handling, the manifest parser, the archive unpacker, the MIL validator and the embeddings and rerank requests (the real handler over a real sim worker), FUZZTIME each.
 	go test -run '^$$' -fuzz FuzzReadFrame -fuzztime $(FUZZTIME) ./node-agent/protocol
 	go test -run '^$$' -fuzz FuzzWorkerServe -fuzztime $(FUZZTIME) ./node-agent/worker
 	go test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./node-agent/artifact
 	go test -run '^$$' -fuzz FuzzUnpack -fuzztime $(FUZZTIME) ./node-agent/artifact
 	go test -run '^$$' -fuzz FuzzValidate -fuzztime $(FUZZTIME) ./node-agent/mil
+	go test -run '^$$' -fuzz FuzzEmbeddingsRequest -fuzztime $(FUZZTIME) ./node-agent/httpapi
+	go test -run '^$$' -fuzz FuzzRerankRequest -fuzztime $(FUZZTIME) ./node-agent/httpapi
 
 GENERATED_PATHS := api config charts node-agent/protocol
 
