@@ -28,6 +28,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"google.golang.org/protobuf/proto"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/internal/workertest"
 	"github.com/ck-synapse/synapse-fleet/node-agent/lanelock"
@@ -191,14 +192,29 @@ func TestAMalformedReplyIsAFault(t *testing.T) {
 }
 
 func TestAHungCallIsBoundedAndItsWorkerKilled(t *testing.T) {
+	// The bound is on a fake clock: a loaded machine starting the worker slowly is not a hang.
+	clk := clocktesting.NewFakeClock(time.Now())
 	w := spawn(t, newHost(t, func(c *Config) {
 		c.Env = faults("SYNAPSE_WORKER_FAULTS=hang:evict:1")
-		c.CallTimeout = 300 * time.Millisecond
+		c.Clock = clk
+		c.CallTimeout = 30 * time.Second
 	}))
 	if _, err := w.Admit(context.Background(), 128); err != nil {
 		t.Fatal(err)
 	}
-	err := w.Evict(context.Background(), 128)
+	evicted := make(chan error, 1)
+	go func() { evicted <- w.Evict(context.Background(), 128) }()
+	// The earlier calls stopped their timers: the one waiter is the eviction's bound.
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-evicted:
+		t.Fatalf("the hung eviction returned before its bound: %v", err)
+	default:
+	}
+	clk.Step(30 * time.Second)
+	err := <-evicted
 	if err == nil || !strings.Contains(err.Error(), "worker killed") {
 		t.Fatalf("got %v, want a bounded call that killed the worker", err)
 	}

@@ -34,10 +34,16 @@ import (
 
 func spawner(clk *clocktesting.FakeClock, faults string) *Spawner {
 	return &Spawner{Machine: simane.New(simane.Config{Clock: clk, Scale: 1}), SigningID: SigningID, BinaryDigest: "sha256:ab",
-		Clock: clk, Faults: faults, CallTimeout: time.Minute, AdmitTimeout: time.Hour}
+		Clock: clk, Faults: faults, CallTimeout: time.Minute, AdmitTimeout: admitTimeout}
 }
 
 var spec = supervisor.ModelSpec{Lane: "ns/lane", Identity: "gte", Model: "gte", Dimensions: 8, Layers: 3, Rungs: []int{128, 256}}
+
+// admitTimeout is far past what stepUntil can reach (at most one simulated second per real
+// millisecond for 10 s): the call's own timer is on the fake clock too, and a worker goroutine
+// slow to reach its next timer on a loaded machine must fail the test by its real deadline,
+// never by a simulated timeout the stepping raced to.
+const admitTimeout = 1000 * time.Hour
 
 // stepUntil steps the fake clock until done is closed, each time the worker waits on it: the
 // simulated compiles take their seed-scale time on the fake clock and no longer in real time.
@@ -51,9 +57,9 @@ func stepUntil(t *testing.T, clk *clocktesting.FakeClock, done <-chan struct{}) 
 		}
 		if clk.HasWaiters() {
 			clk.Step(time.Second)
-		} else {
-			time.Sleep(time.Millisecond) // waiting for the worker to reach its next timer
 		}
+		time.Sleep(time.Millisecond) // the worker reaches its next timer
+
 	}
 	t.Fatal("the hollow worker did not finish")
 }
