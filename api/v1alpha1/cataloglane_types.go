@@ -47,6 +47,30 @@ const (
 	// LaneReasonServiceNameTaken: a Service (or EndpointSlice) of the lane's name exists that the
 	// controller did not create; it is never taken over, and the lane gets no endpoints.
 	LaneReasonServiceNameTaken = "ServiceNameTaken"
+
+	// LaneConditionProgressing is True while the lane's placements are being brought to its
+	// latest spec (a rollout, or edits the agents still have to pick up) and False once they
+	// all reflect it, or when the rollout cannot go on (the reason says why; the placements of
+	// the spec before keep serving meanwhile).
+	LaneConditionProgressing = "Progressing"
+
+	// LaneReasonRolloutComplete: every placement reflects the lane's latest spec.
+	LaneReasonRolloutComplete = "RolloutComplete"
+	// LaneReasonApplyingEdits: placements were updated in place (deadlines, bounds, prewarm)
+	// and their agents have not all reported the new generation yet.
+	LaneReasonApplyingEdits = "ApplyingEdits"
+	// LaneReasonRollingUpdate: the lane moves to a new identity, task or ladder within one
+	// vector space, a node at a time within maxUnavailable.
+	LaneReasonRollingUpdate = "RollingUpdate"
+	// LaneReasonBlueGreen: the lane moves to an identity of another vector space: placements of
+	// the new space come up beside the old, and the lane's endpoints switch in one update once
+	// enough of them are Ready.
+	LaneReasonBlueGreen = "BlueGreen"
+	// LaneReasonNewPlacementsFailed: placements of the new spec failed; the old keep serving.
+	LaneReasonNewPlacementsFailed = "NewPlacementsFailed"
+	// LaneReasonNewPlacementsUnplaceable: no node can take a placement of the new spec beside
+	// the old within maxSurge; the old keep serving.
+	LaneReasonNewPlacementsUnplaceable = "NewPlacementsUnplaceable"
 )
 
 // The defaults of a lane's request limits, which its placements carry resolved.
@@ -55,6 +79,25 @@ const (
 	DefaultMaxConcurrentRequests = 64
 	DefaultMaxQueuedRequests     = 256
 )
+
+// RolloutStrategy bounds how a lane moves its placements to a new spec.
+type RolloutStrategy struct {
+	// maxSurge is how many placements of the new spec may exist beyond spec.replicas while
+	// the old still serve. Unset, it is spec.replicas: a whole new set comes up beside the
+	// old (blue/green), which a move to another vector space needs to switch without a gap.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=256
+	MaxSurge *int32 `json:"maxSurge,omitempty"`
+
+	// maxUnavailable is how many of spec.replicas may be out of service during a rollout: a
+	// lane without spare nodes needs at least 1 to move at all, a node at a time.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=256
+	MaxUnavailable int32 `json:"maxUnavailable,omitempty"`
+}
 
 // CatalogLaneSpec is a model served on an explicit device across a number of Mac nodes.
 // +kubebuilder:validation:XValidation:rule="!has(self.ceiling) || self.ceiling <= self.rungs[self.rungs.size() - 1]",message="ceiling must not exceed the largest rung: add a larger rung or lower the ceiling"
@@ -160,6 +203,10 @@ type CatalogLaneSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=4096
 	MaxQueuedRequests *int32 `json:"maxQueuedRequests,omitempty"`
+
+	// rollout bounds how placements move to a new identity, task or ladder.
+	// +optional
+	Rollout RolloutStrategy `json:"rollout,omitempty"`
 }
 
 // CatalogLaneStatus aggregates the lane's placements.
@@ -171,6 +218,18 @@ type CatalogLaneStatus struct {
 	// replicas is the number of LanePlacements that exist for the lane.
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
+
+	// updatedReplicas is the number of placements of the lane's latest identity, task and
+	// ladder.
+	// +optional
+	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
+
+	// vectorSpaceID is the vector space the lane answers in: only placements of this space are
+	// the lane's endpoints. A rollout to another space switches it once, when enough placements
+	// of the new space are Ready.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	VectorSpaceID string `json:"vectorSpaceID,omitempty"`
 
 	// readyReplicas is the number of placements that serve requests.
 	// +optional
@@ -196,7 +255,7 @@ type CatalogLaneStatus struct {
 	// +kubebuilder:validation:MaxLength=512
 	Endpoint string `json:"endpoint,omitempty"`
 
-	// conditions: Placed, Ready.
+	// conditions: Placed, Progressing, ServiceReady, Ready.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -205,6 +264,8 @@ type CatalogLaneStatus struct {
 }
 
 // CatalogLane serves one model for one task on the Neural Engine of a set of Mac nodes.
+// Its name becomes a Service name and a label value, so it must be a DNS-1035 label.
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (at most 63 characters: lowercase letters, digits and '-', starting with a letter and ending with a letter or digit), because it names the lane's Service"
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=lane,categories=synapse
@@ -213,8 +274,11 @@ type CatalogLaneStatus struct {
 // +kubebuilder:printcolumn:name="Device",type=string,JSONPath=`.spec.device`
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Up-to-date",type=integer,JSONPath=`.status.updatedReplicas`
 // +kubebuilder:printcolumn:name="Compiling",type=integer,JSONPath=`.status.compilingReplicas`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.conditions[?(@.type=="Progressing")].reason`
+// +kubebuilder:printcolumn:name="Space",type=string,JSONPath=`.status.vectorSpaceID`,priority=1
 // +kubebuilder:printcolumn:name="Identity",type=string,JSONPath=`.spec.identityRef.name`,priority=1
 // +kubebuilder:printcolumn:name="Rungs",type=string,JSONPath=`.spec.rungs`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -80,11 +80,20 @@ type LanePlacementSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="node is immutable: a move is a new placement"
 	Node string `json:"node"`
 
-	// identity is the CertifiedIdentity the node matched when the lane was placed.
+	// identity is the CertifiedIdentity the node matched when the lane was placed. A lane that
+	// moves to another identity gets new placements (a rollout), never this one changed.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="identity is immutable: a new identity is a new placement"
 	Identity string `json:"identity"`
+
+	// vectorSpaceID is the identity's vector space, copied when the placement is made: the
+	// lane's endpoints list only placements of the space the lane answers in.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="vectorSpaceID is immutable"
+	VectorSpaceID string `json:"vectorSpaceID,omitempty"`
 
 	// task is copied from the lane.
 	// +required

@@ -24,8 +24,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 )
 
 // Valid manifests of each kind, as a user writes them. Each refusal below starts from one of
@@ -182,6 +185,21 @@ var _ = Describe("Defaults", func() {
 	})
 })
 
+var _ = Describe("Placements", func() {
+	It("should refuse a change of a placement's identity or vector space: a new identity is a new placement", func() {
+		p := &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Name: "immutable-identity", Namespace: "default"},
+			Spec: v1.LanePlacementSpec{Lane: "gte", Node: "mac", Identity: "gte-r1", VectorSpaceID: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE,
+				Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+		Expect(k8sClient.Create(ctx, p)).To(Succeed())
+		changed := p.DeepCopy()
+		changed.Spec.Identity = "gte-r2"
+		expectRefused(k8sClient.Update(ctx, changed), "identity is immutable")
+		changed = p.DeepCopy()
+		changed.Spec.VectorSpaceID = "gte-v2"
+		expectRefused(k8sClient.Update(ctx, changed), "vectorSpaceID is immutable")
+	})
+})
+
 var _ = Describe("A manifest that breaks a rule", func() {
 	DescribeTable("should be refused with a message that says what to fix",
 		func(base string, change edit, fragments ...string) {
@@ -236,6 +254,14 @@ var _ = Describe("A manifest that breaks a rule", func() {
 			"spec.requestDeadlineSeconds", "less than or equal to 600"),
 		Entry("a lane with negative replicas", validLane, set(int64(-1), "spec", "replicas"),
 			"spec.replicas", "greater than or equal to 0"),
+		Entry("a lane whose name has a dot, which no Service name may", validLane, set("gte.v2", "metadata", "name"),
+			"metadata.name must be a DNS-1035 label"),
+		Entry("a lane whose name starts with a digit", validLane, set("2gte", "metadata", "name"),
+			"metadata.name must be a DNS-1035 label"),
+		Entry("a lane whose name is longer than a label value may be", validLane, set("gte-"+strings.Repeat("a", 60), "metadata", "name"),
+			"metadata.name must be a DNS-1035 label"),
+		Entry("a lane with a negative maxUnavailable", validLane, set(int64(-1), "spec", "rollout", "maxUnavailable"),
+			"spec.rollout.maxUnavailable", "greater than or equal to 0"),
 
 		// CertifiedIdentity
 		Entry("an identity whose binary digest is not SHA-256", validIdentity,

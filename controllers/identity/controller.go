@@ -15,7 +15,8 @@ limitations under the License.
 */
 
 // Package identity keeps each CertifiedIdentity's status (how many nodes match it, which lanes
-// use it) and blocks its deletion while a lane references it.
+// use it) and blocks its deletion while a lane references it or a placement runs it: a lane
+// that moved to another identity keeps its old placements until the rollout retires them.
 package identity
 
 import (
@@ -49,6 +50,7 @@ import (
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities/finalizers,verbs=update
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements,verbs=get;list;watch
 
 // LanesInterval is the least time between two status writes that only change which lanes use
 // the identity: a burst of lanes applied at once is a write every LanesInterval rather than one
@@ -85,6 +87,13 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		For(&v1.CertifiedIdentity{}).
 		Watches(&v1.CatalogLane{}, LaneEvents()).
 		Watches(&v1.MacNode{}, all, builder.WithPredicates(NodeChanges)).
+		// A placement that goes may be the last one keeping a deleted identity.
+		Watches(&v1.LanePlacement{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if p, ok := o.(*v1.LanePlacement); ok && p.Spec.Identity != "" {
+				return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: p.Spec.Identity}}}
+			}
+			return nil
+		})).
 		Complete(c)
 }
 
@@ -136,7 +145,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	if !id.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, c.finalize(ctx, id, lanes)
+		placements, err := c.placementsUsing(ctx, id.Name)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{}, c.finalize(ctx, id, lanes, placements)
 	}
 	if controllerutil.AddFinalizer(id, v1.FinalizerInUse) {
 		return reconcile.Result{}, c.kube.Update(ctx, id)
@@ -240,18 +253,42 @@ func (c *Controller) lanesUsing(ctx context.Context, name string) ([]string, err
 	return out, nil
 }
 
-// finalize lets the identity go once no lane references it.
-func (c *Controller) finalize(ctx context.Context, id *v1.CertifiedIdentity, lanes []string) error {
-	if len(lanes) > 0 {
+// placementsUsing lists the placements (namespace/name) that run the identity, those being
+// retired included: their workers run until their agents let go.
+func (c *Controller) placementsUsing(ctx context.Context, name string) ([]string, error) {
+	var placements v1.LanePlacementList
+	if err := c.kube.List(ctx, &placements); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range placements.Items {
+		if p.Spec.Identity == name {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// finalize lets the identity go once no lane references it and no placement runs it.
+func (c *Controller) finalize(ctx context.Context, id *v1.CertifiedIdentity, lanes, placements []string) error {
+	if len(lanes) > 0 || len(placements) > 0 {
 		stored := id.DeepCopy()
 		setLanes(&id.Status, lanes)
+		msg := "deletion waits until no lane references it and no placement runs it"
+		if len(lanes) > 0 {
+			msg += fmt.Sprintf("; used by %d lanes: %s", len(lanes), usedBy(lanes))
+		}
+		if len(placements) > 0 {
+			msg += fmt.Sprintf("; run by %d placements: %s", len(placements), usedBy(placements))
+		}
 		meta.SetStatusCondition(&id.Status.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse,
-			Reason: v1.IdentityReasonInUse, Message: fmt.Sprintf("deletion waits until no lane references it; used by %d lanes: %s", len(lanes), usedBy(lanes)),
+			Reason: v1.IdentityReasonInUse, Message: msg,
 			ObservedGeneration: id.Generation, LastTransitionTime: metav1.NewTime(c.clk.Now())})
 		if equality.Semantic.DeepEqual(stored.Status, id.Status) {
 			return nil
 		}
-		c.recorder.Eventf(id, nil, "Warning", v1.IdentityReasonInUse, "Delete", "deletion blocked: used by %d lanes: %s", len(lanes), usedBy(lanes))
+		c.recorder.Eventf(id, nil, "Warning", v1.IdentityReasonInUse, "Delete", "deletion blocked: %s", msg)
 		return c.kube.Status().Patch(ctx, id, client.MergeFrom(stored))
 	}
 	if controllerutil.RemoveFinalizer(id, v1.FinalizerInUse) {

@@ -88,8 +88,22 @@ var _ = Describe("Identities", func() {
 		Expect(got).NotTo(BeNil(), "an identity in use was deleted")
 		Expect(meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady).Reason).To(Equal(v1.IdentityReasonInUse))
 
+		// The lane moves to another identity; its old placement still runs this one.
+		p := &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-mac", Namespace: "default", Finalizers: []string{v1.FinalizerRetirement}},
+			Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: "mac", Identity: id.Name, Task: v1.TaskEmbed, Device: v1.DeviceANE,
+				Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+		Expect(kube.Create(ctx, p)).To(Succeed())
 		Expect(kube.Delete(ctx, lane)).To(Succeed())
-		Expect(reconcileIdentity(ctl, id)).To(BeNil(), "the identity stayed after its last lane went")
+		got = reconcileIdentity(ctl, id)
+		Expect(got).NotTo(BeNil(), "an identity a placement runs was deleted")
+		Expect(meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady).Message).To(ContainSubstring(p.Name))
+
+		Expect(kube.Delete(ctx, p)).To(Succeed())
+		Expect(reconcileIdentity(ctl, id)).NotTo(BeNil(), "the placement's worker still runs until its agent retires it")
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+		p.Finalizers = nil
+		Expect(kube.Update(ctx, p)).To(Succeed())
+		Expect(reconcileIdentity(ctl, id)).To(BeNil(), "the identity stayed after its last lane and placement went")
 	})
 
 	It("should write a change of its lanes alone at most every LanesInterval, and a change of its matching nodes at once", func() {

@@ -507,3 +507,47 @@ func TestOnlyAWorkersOwnProgressLinesAreNotWarnings(t *testing.T) {
 		}
 	}
 }
+
+// A placement's request deadline is applied to the next call with the worker kept.
+func TestADeadlineEditIsAppliedInPlaceWithoutRestartingTheWorker(t *testing.T) {
+	p := testPlacement("gte")
+	a, _, _ := newTestAgent(t, p)
+	ctx := context.Background()
+	if err := a.kube.Create(ctx, testIdentity.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	r := &reconciler{a: a}
+	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	l := a.entry(p)
+	waitState(t, a, l, laneReady)
+
+	edit := func(change func(*v1.LanePlacementSpec)) {
+		t.Helper()
+		got := &v1.LanePlacement{}
+		if err := a.kube.Get(ctx, key, got); err != nil {
+			t.Fatal(err)
+		}
+		change(&got.Spec)
+		if err := a.kube.Update(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit(func(s *v1.LanePlacementSpec) { s.RequestDeadlineSeconds = 5 })
+	a.mu.Lock()
+	state, loaded := l.state, l.loaded
+	a.mu.Unlock()
+	if state != laneReady || !loaded {
+		t.Fatalf("a deadline edit left the lane in state %d (loaded %v): it must not restart the worker", state, loaded)
+	}
+	lanes, _, err := a.Lookup("gte")
+	if err != nil || len(lanes) != 1 || lanes[0].Deadline != 5*time.Second {
+		t.Fatalf("lookup %+v, %v: want the 5 s deadline", lanes, err)
+	}
+
+}

@@ -141,6 +141,8 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		a.mu.Lock()
 		prewarmChanged := !slices.Equal(l.spec.PrewarmRungs, p.Spec.PrewarmRungs)
 		l.spec = p.Spec
+		// The request deadline is the front door's: applied to the next call, the worker kept.
+		l.api.Deadline = time.Duration(p.Spec.RequestDeadlineSeconds) * time.Second
 		ready := l.state == laneReady
 		a.mu.Unlock()
 		if prewarmChanged && ready {
@@ -154,12 +156,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return r.load(ctx, l, p, identity)
 }
 
-// sameLoad reports whether two placement specs load the same worker (prewarm aside).
+// sameLoad reports whether two placement specs load the same worker: the prewarm rungs and
+// the request deadline are applied in place.
 func sameLoad(a, b v1.LanePlacementSpec) bool {
-	a.PrewarmRungs, b.PrewarmRungs = nil, nil
 	return slices.Equal(a.Rungs, b.Rungs) && a.Ceiling == b.Ceiling && a.MaxResidentShapes == b.MaxResidentShapes &&
-		a.AdmissionBoundSeconds == b.AdmissionBoundSeconds && a.RequestDeadlineSeconds == b.RequestDeadlineSeconds &&
-		a.Task == b.Task && a.Identity == b.Identity && a.Device == b.Device
+		a.AdmissionBoundSeconds == b.AdmissionBoundSeconds && a.Task == b.Task && a.Identity == b.Identity && a.Device == b.Device
 }
 
 func rungs(rs []v1.Rung) []int {

@@ -39,6 +39,9 @@ type ranOn struct {
 	Buckets           []int   `json:"buckets"`
 	WorkerGenerations []int64 `json:"worker_generations"`
 	RoutingReason     string  `json:"routing_reason"`
+	// VectorSpace is the vector space of the lane's identity: vectors of different spaces must
+	// never be compared.
+	VectorSpace string `json:"vector_space"`
 }
 
 // call is one request on its way through the API.
@@ -169,7 +172,7 @@ func (c *call) deadline(lane Lane) time.Time {
 
 func (c *call) ranOn(lane Lane, res *serving.Result) ranOn {
 	out := ranOn{Lane: c.lane, Node: c.s.cfg.Node, Device: lane.Device, Buckets: res.Buckets,
-		WorkerGenerations: res.Generations, RoutingReason: c.reason}
+		WorkerGenerations: res.Generations, RoutingReason: c.reason, VectorSpace: lane.VectorSpace}
 	if len(res.Buckets) > 0 {
 		c.bucket = strconv.Itoa(res.Buckets[len(res.Buckets)-1])
 	}
@@ -177,6 +180,9 @@ func (c *call) ranOn(lane Lane, res *serving.Result) ranOn {
 	h.Set("X-Synapse-Lane", out.Lane)
 	h.Set("X-Synapse-Node", out.Node)
 	h.Set("X-Synapse-Device", out.Device)
+	// The vector space the answer's vectors belong to: a client can tell a lane that moved to
+	// another space, and never compares vectors across one.
+	h.Set("X-Synapse-Vector-Space", lane.VectorSpace)
 	h.Set("X-Synapse-Buckets", joinInts(res.Buckets))
 	h.Set("X-Synapse-Worker-Generations", joinInts(res.Generations))
 	h.Set("X-Synapse-Routing-Reason", c.reason)

@@ -222,12 +222,14 @@ func TestEmbeddingsAcceptEveryInputFormAndSayWhereTheyRan(t *testing.T) {
 			t.Fatalf("%s: %d embeddings", tc.input, n)
 		}
 		ran := body["synapse"].(map[string]any)
-		if ran["lane"] != "team/embed" || ran["node"] != "mac-1" || ran["device"] != "ane" || ran["routing_reason"] != "model_names_lane/smallest_fitting_bucket" {
+		if ran["lane"] != "team/embed" || ran["node"] != "mac-1" || ran["device"] != "ane" || ran["routing_reason"] != "model_names_lane/smallest_fitting_bucket" ||
+			ran["vector_space"] != "gte/v1" {
 			t.Fatalf("synapse field %v", ran)
 		}
 		h := resp.Header
 		if h.Get("X-Synapse-Lane") != "team/embed" || h.Get("X-Synapse-Node") != "mac-1" || h.Get("X-Synapse-Device") != "ane" ||
-			h.Get("X-Synapse-Buckets") != "128" || h.Get("X-Synapse-Worker-Generations") != "3" || h.Get("X-Synapse-Routing-Reason") != "model_names_lane/smallest_fitting_bucket" {
+			h.Get("X-Synapse-Buckets") != "128" || h.Get("X-Synapse-Worker-Generations") != "3" || h.Get("X-Synapse-Routing-Reason") != "model_names_lane/smallest_fitting_bucket" ||
+			h.Get("X-Synapse-Vector-Space") != "gte/v1" {
 			t.Fatalf("headers %v", h)
 		}
 	}

@@ -245,6 +245,11 @@ func (c *Controller) readyEndpoints(ctx context.Context, lane *v1.CatalogLane) (
 		if p.Status.Phase != v1.PhaseReady || !p.DeletionTimestamp.IsZero() {
 			continue
 		}
+		// Only placements of the vector space the lane answers in: during a blue/green rollout
+		// the new space's placements are Ready beside the old before the lane switches.
+		if space := lane.Status.VectorSpaceID; space != "" && p.Spec.VectorSpaceID != "" && p.Spec.VectorSpaceID != space {
+			continue
+		}
 		node := &v1.MacNode{}
 		if err := c.kube.Get(ctx, client.ObjectKey{Name: p.Spec.Node}, node); err != nil {
 			if apierrors.IsNotFound(err) {

@@ -176,4 +176,43 @@ var _ = Describe("Endpoints", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.9"}}))
 	})
+
+	It("should list only the placements of the lane's vector space, and switch to another in one EndpointSlice update", func() {
+		seq++
+		lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gte-%d", seq), Namespace: "default"},
+			Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
+				Rungs: []v1.Rung{128}, Replicas: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+		Expect(kube.Create(ctx, lane)).To(Succeed())
+		inSpace := func(n *v1.MacNode, space string) {
+			GinkgoHelper()
+			p := &v1.LanePlacement{
+				ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-" + n.Name, Namespace: lane.Namespace, Labels: map[string]string{v1.LabelLane: lane.Name, v1.LabelNode: n.Name}},
+				Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: n.Name, Identity: "gte-" + space, VectorSpaceID: space, Task: v1.TaskEmbed, Device: v1.DeviceANE,
+					Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30},
+			}
+			Expect(kube.Create(ctx, p)).To(Succeed())
+			p.Status.Phase = v1.PhaseReady
+			Expect(kube.Status().Update(ctx, p)).To(Succeed())
+		}
+		inSpace(node("192.0.2.41", 8080), "gte-v1")
+		inSpace(node("192.0.2.42", 8080), "gte-v2")
+		setSpace := func(space string) {
+			GinkgoHelper()
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), lane)).To(Succeed())
+			lane.Status.VectorSpaceID = space
+			Expect(kube.Status().Update(ctx, lane)).To(Succeed())
+			_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		setSpace("gte-v1")
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.41"}}), "the new space is Ready but the lane has not switched")
+		slice := &discoveryv1.EndpointSlice{}
+		Expect(kube.Get(ctx, client.ObjectKey{Namespace: lane.Namespace, Name: lane.Name + "-8080"}, slice)).To(Succeed())
+		before := slice.Generation
+
+		setSpace("gte-v2")
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.42"}}))
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(slice), slice)).To(Succeed())
+		Expect(slice.Generation).To(Equal(before+1), "the switch is one update of the slice")
+	})
 })

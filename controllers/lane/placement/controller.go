@@ -141,24 +141,33 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	prewarmRungs := prewarm.Resolve(lane, policies.Items).Rungs
 
-	placed, reason, message, err := c.place(ctx, lane, identity, prewarmRungs)
+	pl, err := c.place(ctx, lane, identity, prewarmRungs)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	c.fleet.observeLane(lane, identity, len(placed) < int(lane.Spec.Replicas))
-	c.setStatus(lane, placed, reason, message)
+	c.fleet.observeLane(lane, identity, identity != nil && len(pl.current) < int(lane.Spec.Replicas))
+	c.setStatus(lane, identity, pl)
 	metrics.UnplaceableLanes.DeletePartialMatch(map[string]string{"namespace": lane.Namespace, "lane": lane.Name})
-	if reason != v1.LaneReasonPlaced {
-		metrics.UnplaceableLanes.WithLabelValues(lane.Namespace, lane.Name, reason).Set(1)
+	if pl.reason != v1.LaneReasonPlaced {
+		metrics.UnplaceableLanes.WithLabelValues(lane.Namespace, lane.Name, pl.reason).Set(1)
+	}
+	var res reconcile.Result
+	if pl.switched {
+		// The old placements retire once the switch is written; the next pass sees it.
+		res.RequeueAfter = SwitchSettle
 	}
 	if !equality.Semantic.DeepEqual(stored.Status, lane.Status) {
 		if wait := c.statusWait(req.NamespacedName, &stored.Status, &lane.Status); wait > 0 {
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
 		if stored.Status.Conditions == nil || meta.IsStatusConditionTrue(stored.Status.Conditions, v1.LaneConditionPlaced) != meta.IsStatusConditionTrue(lane.Status.Conditions, v1.LaneConditionPlaced) {
-			if reason != v1.LaneReasonPlaced {
-				c.recorder.Eventf(lane, nil, "Warning", reason, "Place", message)
+			if pl.reason != v1.LaneReasonPlaced {
+				c.recorder.Eventf(lane, nil, "Warning", pl.reason, "Place", pl.message)
 			}
+		}
+		if pl.switched {
+			c.recorder.Eventf(lane, nil, "Normal", "VectorSpaceSwitched", "Rollout", "the lane answers in vector space %s from now on; the placements of %s retire",
+				lane.Status.VectorSpaceID, stored.Status.VectorSpaceID)
 		}
 		if err := c.kube.Status().Patch(ctx, lane, client.MergeFrom(stored)); err != nil {
 			return reconcile.Result{}, err
@@ -167,20 +176,26 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.wrote[req.NamespacedName] = c.clk.Now()
 		c.mu.Unlock()
 	}
-	return reconcile.Result{}, nil
+	return res, nil
 }
+
+// SwitchSettle is how soon a lane whose vector space was just switched is reconciled again to
+// retire the old space's placements.
+const SwitchSettle = time.Second
 
 // statusWait is how long a status write must wait to be coalesced with the next: zero when it
 // says something placement decided, or the lane's last write is StatusInterval old.
 func (c *Controller) statusWait(lane types.NamespacedName, stored, desired *v1.CatalogLaneStatus) time.Duration {
-	placedOf := func(st *v1.CatalogLaneStatus) metav1.Condition {
-		if cond := meta.FindStatusCondition(st.Conditions, v1.LaneConditionPlaced); cond != nil {
-			return metav1.Condition{Status: cond.Status, Reason: cond.Reason, Message: cond.Message}
+	conditionOf := func(st *v1.CatalogLaneStatus, typ string) metav1.Condition {
+		if cond := meta.FindStatusCondition(st.Conditions, typ); cond != nil {
+			return metav1.Condition{Status: cond.Status, Reason: cond.Reason}
 		}
 		return metav1.Condition{}
 	}
 	if stored.ObservedGeneration != desired.ObservedGeneration || stored.Replicas != desired.Replicas ||
-		!slices.Equal(stored.Nodes, desired.Nodes) || placedOf(stored) != placedOf(desired) {
+		stored.UpdatedReplicas != desired.UpdatedReplicas || stored.VectorSpaceID != desired.VectorSpaceID ||
+		!slices.Equal(stored.Nodes, desired.Nodes) || conditionOf(stored, v1.LaneConditionPlaced) != conditionOf(desired, v1.LaneConditionPlaced) ||
+		conditionOf(stored, v1.LaneConditionProgressing) != conditionOf(desired, v1.LaneConditionProgressing) {
 		return 0
 	}
 	c.mu.Lock()
@@ -196,44 +211,86 @@ func schedulable(node *v1.MacNode) bool {
 	return meta.IsStatusConditionTrue(node.Status.Conditions, v1.ConditionReady) && !node.Spec.Unschedulable && !node.Spec.Paused
 }
 
-// place creates and deletes placements so the lane has its replicas, and returns the live
-// placements with the Placed reason and message.
-func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *v1.CertifiedIdentity, prewarmRungs []v1.Rung) ([]*v1.LanePlacement, string, string, error) {
+// place creates, updates and deletes placements so the lane has its replicas at its latest
+// spec (see rollout.go), and returns what it found.
+func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *v1.CertifiedIdentity, prewarmRungs []v1.Rung) (*plan, error) {
 	laneKey := client.ObjectKeyFromObject(lane)
 	existing, on := c.fleet.lanePlacements(laneKey)
 	if identity == nil {
-		return existing, v1.LaneReasonIdentityNotFound,
-			fmt.Sprintf("CertifiedIdentity %q does not exist; create it or fix spec.identityRef", lane.Spec.IdentityRef.Name), nil
+		return &plan{live: existing, space: lane.Status.VectorSpaceID, reason: v1.LaneReasonIdentityNotFound,
+			message: fmt.Sprintf("CertifiedIdentity %q does not exist; create it or fix spec.identityRef", lane.Spec.IdentityRef.Name)}, nil
 	}
-	// Placements on nodes that no longer run the identity exactly are retired: an approval is
+	// Placements on nodes that no longer run their identity exactly are retired: an approval is
 	// never carried to another build or binary.
-	var kept []*v1.LanePlacement
+	pl := &plan{}
+	ids := map[string]*v1.CertifiedIdentity{identity.Name: identity}
 	for _, p := range existing {
-		if !c.fleet.matches(p.Spec.Node, identity) {
+		pid, err := c.identityOf(ctx, p, ids)
+		if err != nil {
+			return nil, err
+		}
+		if pid == nil || !c.fleet.matches(p.Spec.Node, pid) {
 			if err := c.delete(ctx, p); err != nil {
-				return nil, "", "", err
+				return nil, err
 			}
-			c.recorder.Eventf(lane, p, "Warning", "IdentityMismatch", "Retire", "node %s no longer runs identity %s; placement retired", p.Spec.Node, identity.Name)
+			name := p.Spec.Identity
+			c.recorder.Eventf(lane, p, "Warning", "IdentityMismatch", "Retire", "node %s no longer runs identity %s; placement retired", p.Spec.Node, name)
 			metrics.PlacementDecisions.WithLabelValues("identity_mismatch").Inc()
 			continue
 		}
-		if !slices.Equal(p.Spec.PrewarmRungs, prewarmRungs) {
-			// The resolved prewarm rungs changed (a policy was added, edited or removed).
-			patched := p.DeepCopy()
-			patched.Spec.PrewarmRungs = prewarmRungs
-			if err := c.kube.Patch(ctx, patched, client.MergeFrom(p)); client.IgnoreNotFound(err) != nil {
-				return nil, "", "", err
-			}
-			p = patched
+		if sameTemplate(p, lane, identity) {
+			pl.current = append(pl.current, p)
+		} else {
+			pl.old = append(pl.old, &oldPlacement{p: p, space: spaceOf(p, pid)})
 		}
-		kept = append(kept, p)
 	}
+	if err := c.applyEdits(ctx, lane, identity, prewarmRungs, pl); err != nil {
+		return nil, err
+	}
+	if err := c.roll(ctx, lane, identity, len(on)-len(existing), pl); err != nil {
+		return nil, err
+	}
+	if err := c.scale(ctx, lane, identity, prewarmRungs, on, pl); err != nil {
+		return nil, err
+	}
+	pl.live = append(slices.Clone(pl.current), pl.oldLive()...)
+	return pl, nil
+}
 
+// identityOf is the placement's own CertifiedIdentity, read once per reconcile; nil if it is
+// gone.
+func (c *Controller) identityOf(ctx context.Context, p *v1.LanePlacement, ids map[string]*v1.CertifiedIdentity) (*v1.CertifiedIdentity, error) {
+	if id, ok := ids[p.Spec.Identity]; ok {
+		return id, nil
+	}
+	id := &v1.CertifiedIdentity{}
+	err := c.kube.Get(ctx, client.ObjectKey{Name: p.Spec.Identity}, id)
+	switch {
+	case apierrors.IsNotFound(err):
+		id = nil
+	case err != nil:
+		return nil, err
+	}
+	ids[p.Spec.Identity] = id
+	return id, nil
+}
+
+// scale brings the lane's placements of its latest spec to the number the rollout allows
+// (pl.target): up by reserving nodes, down by deleting placements on unhealthy nodes first.
+func (c *Controller) scale(ctx context.Context, lane *v1.CatalogLane, identity *v1.CertifiedIdentity, prewarmRungs []v1.Rung, on map[string]struct{}, pl *plan) error {
 	want := int(lane.Spec.Replicas)
-	if len(kept) > want {
-		// Scale down: not-ready placements go first; the agent removes each one's finalizer once
-		// its worker has exited and its reservations are refunded.
-		slices.SortStableFunc(kept, func(a, b *v1.LanePlacement) int {
+	target := pl.target(want)
+	if len(pl.current) > target {
+		// Scale down: placements on unhealthy nodes go first, then not-ready ones; the agent
+		// removes each one's finalizer once its worker has exited and its reservations are
+		// refunded.
+		slices.SortStableFunc(pl.current, func(a, b *v1.LanePlacement) int {
+			if ha, hb := c.fleet.healthy(a.Spec.Node), c.fleet.healthy(b.Spec.Node); ha != hb {
+				if ha {
+					return 1
+				}
+				return -1
+			}
 			ra, rb := a.Status.Phase == v1.PhaseReady, b.Status.Phase == v1.PhaseReady
 			if ra != rb {
 				if ra {
@@ -243,62 +300,114 @@ func (c *Controller) place(ctx context.Context, lane *v1.CatalogLane, identity *
 			}
 			return strings.Compare(b.Name, a.Name)
 		})
-		for _, p := range kept[:len(kept)-want] {
+		for _, p := range pl.current[:len(pl.current)-target] {
 			if err := c.delete(ctx, p); err != nil {
-				return nil, "", "", err
+				return err
 			}
 			metrics.PlacementDecisions.WithLabelValues("scaled_down").Inc()
 		}
-		kept = kept[len(kept)-want:]
+		pl.current = pl.current[len(pl.current)-target:]
 	}
-	if len(kept) == want {
-		return kept, v1.LaneReasonPlaced, fmt.Sprintf("%d of %d replicas placed", len(kept), want), nil
+	pl.reason, pl.message = v1.LaneReasonPlaced, fmt.Sprintf("%d of %d replicas placed", len(pl.current), want)
+	if len(pl.current) >= target {
+		if len(pl.current) < want {
+			pl.message = fmt.Sprintf("%d of %d replicas of the latest spec placed; the rollout places the rest", len(pl.current), want)
+		}
+		return nil
 	}
 
 	// Scale up: reserve nodes (charged at once, so the next lane sees them), then create.
+	laneKey := client.ObjectKeyFromObject(lane)
 	res := c.fleet.reserve(request{lane: laneKey, id: identity, selector: lane.Spec.NodeSelector, rungs: lane.Spec.Rungs,
-		want: want - len(kept), taken: on}, func(node string) *v1.LanePlacement { return newPlacement(lane, identity, node, prewarmRungs) })
+		want: target - len(pl.current), taken: on}, func(node string) *v1.LanePlacement { return newPlacement(lane, identity, node, prewarmRungs) })
 	for i, node := range res.chosen {
 		p := newPlacement(lane, identity, node, prewarmRungs)
-		if err := c.create(ctx, lane, p); err != nil {
+		made, err := c.create(ctx, lane, p)
+		if err != nil {
 			for _, rest := range res.chosen[i:] {
 				c.fleet.forget(lane.Namespace, placementName(lane.Name, rest))
 			}
-			return nil, "", "", err
+			return err
+		}
+		if !made {
+			continue
 		}
 		// No event per placement: the placement itself and the lane's status say where it went,
 		// and at a burst of thousands an event each would be a third of the writes.
 		metrics.PlacementDecisions.WithLabelValues("placed").Inc()
-		kept = append(kept, p)
+		pl.current = append(pl.current, p)
 	}
+	placed := len(pl.current) + len(pl.oldLive())
 	switch {
-	case len(kept) == want:
-		return kept, v1.LaneReasonPlaced, fmt.Sprintf("%d of %d replicas placed", len(kept), want), nil
+	case len(pl.current) >= target:
+		pl.message = fmt.Sprintf("%d of %d replicas placed", min(placed, want), want)
+		if len(pl.current) < want {
+			pl.message = fmt.Sprintf("%d of %d replicas of the latest spec placed; the rollout places the rest", len(pl.current), want)
+		}
+		return nil
+	case len(pl.old) > 0 && placed >= want:
+		// The old spec's placements still serve: the lane is placed, the rollout is stuck.
+		pl.unplaceable = fmt.Sprintf("no node can take a placement of identity %s beside the old ones: %s", identity.Name, c.shortMessage(res, identity, len(pl.current), target))
+		return nil
+	}
+	pl.unplaceable = c.shortMessage(res, identity, len(pl.current), target)
+	switch {
 	case res.matching == 0:
-		return kept, v1.LaneReasonNoMatchingNode, fmt.Sprintf("no MacNode runs worker %s (%s) on the %s backend on macOS %s, as identity %s requires",
-			identity.Spec.Worker.SigningIdentifier, identity.Spec.Worker.BinaryDigest, identity.Spec.Worker.Backend, identity.Spec.MacOSBuild, identity.Name), nil
+		pl.reason = v1.LaneReasonNoMatchingNode
 	case res.selected == 0:
-		return kept, v1.LaneReasonSelectorMatchesNothing, fmt.Sprintf("%d MacNodes match the identity but none matches spec.nodeSelector", res.matching), nil
+		pl.reason = v1.LaneReasonSelectorMatchesNothing
 	case res.short > 0:
-		return kept, v1.LaneReasonBudgetFull, fmt.Sprintf("%d of %d replicas placed: %d matching nodes lack the %d free layer executables one shape needs",
-			len(kept), want, res.short, identity.Spec.Model.Layers), nil
+		pl.reason = v1.LaneReasonBudgetFull
 	default:
-		return kept, v1.LaneReasonNotEnoughNodes, fmt.Sprintf("%d of %d replicas placed: %d nodes match identity %s and the selector; the others are not ready, cordoned or paused",
-			len(kept), want, res.selected, identity.Name), nil
+		pl.reason = v1.LaneReasonNotEnoughNodes
+	}
+	pl.message = pl.unplaceable
+	return nil
+}
+
+// shortMessage says why fewer placements were made than wanted.
+func (c *Controller) shortMessage(res outcome, identity *v1.CertifiedIdentity, placed, want int) string {
+	switch {
+	case res.matching == 0:
+		return fmt.Sprintf("no MacNode runs worker %s (%s) on the %s backend on macOS %s, as identity %s requires",
+			identity.Spec.Worker.SigningIdentifier, identity.Spec.Worker.BinaryDigest, identity.Spec.Worker.Backend, identity.Spec.MacOSBuild, identity.Name)
+	case res.selected == 0:
+		return fmt.Sprintf("%d MacNodes match the identity but none matches spec.nodeSelector", res.matching)
+	case res.short > 0:
+		return fmt.Sprintf("%d of %d replicas placed: %d matching nodes lack the %d free layer executables one shape needs",
+			placed, want, res.short, identity.Spec.Model.Layers)
+	default:
+		return fmt.Sprintf("%d of %d replicas placed: %d nodes match identity %s and the selector; the others are not ready, cordoned or paused, or hold the lane already",
+			placed, want, res.selected, identity.Name)
 	}
 }
 
-// create creates a reserved placement. One that exists already (made before a restart, not
-// yet in the informer's list) is taken as made; the informer shows it as it is.
-func (c *Controller) create(ctx context.Context, lane *v1.CatalogLane, p *v1.LanePlacement) error {
+// create creates a reserved placement and reports whether the lane now has it. One that exists
+// already (made before a restart, not yet in the informer's list) is taken as made if it is
+// this lane's, of the same identity and not being deleted; one being deleted (its agent still
+// retiring it) is not a placement: the reservation is dropped, and the lane is reconciled
+// again when it is gone.
+func (c *Controller) create(ctx context.Context, lane *v1.CatalogLane, p *v1.LanePlacement) (bool, error) {
 	if err := controllerutil.SetControllerReference(lane, p, c.kube.Scheme()); err != nil {
-		return err
+		return false, err
 	}
-	if err := c.kube.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
+	err := c.kube.Create(ctx, p)
+	if apierrors.IsAlreadyExists(err) {
+		there := &v1.LanePlacement{}
+		if err := c.kube.Get(ctx, client.ObjectKeyFromObject(p), there); client.IgnoreNotFound(err) != nil {
+			return false, err
+		} else if err != nil || !there.DeletionTimestamp.IsZero() || !metav1.IsControlledBy(there, lane) || there.Spec.Identity != p.Spec.Identity {
+			c.fleet.forget(p.Namespace, p.Name)
+			return false, nil
+		}
+		*p = *there
+		err = nil
+	}
+	if err != nil {
+		return false, err
 	}
 	c.fleet.assumed(p)
-	return nil
+	return true, nil
 }
 
 // delete deletes a placement; it stops counting as a replica at once and keeps its node's
@@ -355,7 +464,8 @@ func newPlacement(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, node str
 			Lane: lane.Name, Node: node, Identity: identity.Name, Task: lane.Spec.Task, Device: lane.Spec.Device,
 			Rungs: slices.Clone(lane.Spec.Rungs), Ceiling: ceiling, MaxResidentShapes: maxShapes,
 			AdmissionBoundSeconds: lane.Spec.AdmissionBoundSeconds, RequestDeadlineSeconds: lane.Spec.RequestDeadlineSeconds,
-			PrewarmRungs:          prewarmRungs,
+			PrewarmRungs:          ofLadder(prewarmRungs, lane.Spec.Rungs),
+			VectorSpaceID:         identity.Spec.VectorSpaceID,
 			MaxBatchTokens:        ptr.Deref(lane.Spec.MaxBatchTokens, v1.DefaultMaxBatchTokens),
 			MaxConcurrentRequests: ptr.Deref(lane.Spec.MaxConcurrentRequests, v1.DefaultMaxConcurrentRequests),
 			MaxQueuedRequests:     ptr.To(ptr.Deref(lane.Spec.MaxQueuedRequests, v1.DefaultMaxQueuedRequests)),
@@ -363,17 +473,25 @@ func newPlacement(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, node str
 	}
 }
 
-// setStatus aggregates the placements into the lane's status.
-func (c *Controller) setStatus(lane *v1.CatalogLane, placed []*v1.LanePlacement, reason, message string) {
+// setStatus aggregates the placements into the lane's status. Ready counts the placements
+// of the vector space the lane answers in; observedGeneration moves only once the placements
+// reflect the lane's generation.
+func (c *Controller) setStatus(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, pl *plan) {
 	st := &lane.Status
-	st.ObservedGeneration = lane.Generation
-	st.Replicas, st.ReadyReplicas, st.CompilingReplicas, st.FailedReplicas = int32(len(placed)), 0, 0, 0
+	want := lane.Spec.Replicas
+	if identity != nil && len(pl.oldLive()) == 0 && !pl.editsPending {
+		st.ObservedGeneration = lane.Generation
+	}
+	st.VectorSpaceID = pl.space
+	st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.CompilingReplicas, st.FailedReplicas = int32(len(pl.live)), int32(len(pl.current)), 0, 0, 0
 	st.Nodes = nil
-	for _, p := range placed {
+	for _, p := range pl.live {
 		st.Nodes = append(st.Nodes, p.Spec.Node)
 		switch p.Status.Phase {
 		case v1.PhaseReady:
-			st.ReadyReplicas++
+			if inSpace(p, pl, identity) {
+				st.ReadyReplicas++
+			}
 		case v1.PhaseCompiling:
 			st.CompilingReplicas++
 		case v1.PhaseFailed:
@@ -383,20 +501,64 @@ func (c *Controller) setStatus(lane *v1.CatalogLane, placed []*v1.LanePlacement,
 	slices.Sort(st.Nodes)
 	now := metav1.NewTime(c.clk.Now())
 	placedStatus := metav1.ConditionFalse
-	if reason == v1.LaneReasonPlaced {
+	if pl.reason == v1.LaneReasonPlaced {
 		placedStatus = metav1.ConditionTrue
 	}
-	setCondition(st, v1.LaneConditionPlaced, placedStatus, reason, message, lane.Generation, now)
-	ready, readyReason, readyMessage := metav1.ConditionFalse, "NotReady", fmt.Sprintf("%d of %d replicas ready", st.ReadyReplicas, lane.Spec.Replicas)
+	setCondition(st, v1.LaneConditionPlaced, placedStatus, pl.reason, pl.message, lane.Generation, now)
+	ready, readyReason, readyMessage := metav1.ConditionFalse, "NotReady", fmt.Sprintf("%d of %d replicas ready", st.ReadyReplicas, want)
 	switch {
 	case placedStatus == metav1.ConditionFalse:
-		readyReason, readyMessage = reason, message
-	case st.ReadyReplicas == lane.Spec.Replicas:
+		readyReason, readyMessage = pl.reason, pl.message
+	case st.ReadyReplicas >= want:
 		ready, readyReason = metav1.ConditionTrue, "Ready"
 	case st.CompilingReplicas > 0:
 		readyReason = "Compiling"
 	}
 	setCondition(st, v1.ConditionReady, ready, readyReason, readyMessage, lane.Generation, now)
+	status, reason, message := progress(lane, identity, pl)
+	setCondition(st, v1.LaneConditionProgressing, status, reason, message, lane.Generation, now)
+}
+
+// inSpace reports whether a placement answers in the lane's vector space.
+func inSpace(p *v1.LanePlacement, pl *plan, identity *v1.CertifiedIdentity) bool {
+	space := p.Spec.VectorSpaceID
+	if space == "" && identity != nil && p.Spec.Identity == identity.Name {
+		space = identity.Spec.VectorSpaceID
+	}
+	return space == "" || pl.space == "" || space == pl.space
+}
+
+// progress is the Progressing condition: True while placements move to the lane's latest
+// spec, False once they all reflect it or when the rollout cannot go on.
+func progress(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, pl *plan) (metav1.ConditionStatus, string, string) {
+	want := int(lane.Spec.Replicas)
+	if identity == nil {
+		return metav1.ConditionFalse, v1.LaneReasonIdentityNotFound, pl.message
+	}
+	if pl.strategy == "" {
+		if pl.editsPending {
+			return metav1.ConditionTrue, v1.LaneReasonApplyingEdits, "the lane's edits are being written onto its placements and picked up by their agents"
+		}
+		return metav1.ConditionFalse, v1.LaneReasonRolloutComplete, fmt.Sprintf("every placement runs identity %s in vector space %s", identity.Name, pl.space)
+	}
+	readyNew := 0
+	for _, p := range pl.current {
+		switch {
+		case p.Status.Phase == v1.PhaseFailed:
+			msg := fmt.Sprintf("placement %s of identity %s failed", p.Name, identity.Name)
+			if p.Status.LastFault != nil {
+				msg += ": " + p.Status.LastFault.Code + ": " + p.Status.LastFault.Message
+			}
+			return metav1.ConditionFalse, v1.LaneReasonNewPlacementsFailed, msg + fmt.Sprintf("; the placements of the old spec keep answering in vector space %s", pl.space)
+		case ready(p):
+			readyNew++
+		}
+	}
+	if pl.unplaceable != "" && len(pl.current) < pl.newTarget {
+		return metav1.ConditionFalse, v1.LaneReasonNewPlacementsUnplaceable, pl.unplaceable + fmt.Sprintf("; the placements of the old spec keep answering in vector space %s", pl.space)
+	}
+	return metav1.ConditionTrue, pl.strategy, fmt.Sprintf("%d of %d placements of identity %s made, %d ready, %d of the old spec left; answering in vector space %s",
+		len(pl.current), want, identity.Name, readyNew, len(pl.oldLive()), pl.space)
 }
 
 // setCondition sets a condition, keeping its transition time unless its status changes.

@@ -347,7 +347,7 @@ var _ = Describe("Placement", func() {
 		// The agent reports Compiling, then Ready, within a second.
 		p := placements(lane)[n.Name]
 		for _, phase := range []v1.PlacementPhase{v1.PhaseCompiling, v1.PhaseReady} {
-			p.Status.Phase = phase
+			p.Status.Phase, p.Status.ObservedGeneration = phase, p.Generation
 			Expect(kube.Status().Update(ctx, &p)).To(Succeed())
 			observe(&p)
 			before := writes.Load()

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -329,6 +330,7 @@ func (f *fleet) observePlacement(p *v1.LanePlacement) []reconcile.Request {
 		relevant = p.Status.Phase != "" || !p.DeletionTimestamp.IsZero()
 	default:
 		relevant = old.obj.Status.Phase != p.Status.Phase || old.obj.Generation != p.Generation ||
+			old.obj.Status.ObservedGeneration != p.Status.ObservedGeneration ||
 			old.obj.DeletionTimestamp.IsZero() != p.DeletionTimestamp.IsZero()
 	}
 	if old != nil {
@@ -422,6 +424,15 @@ func (f *fleet) matches(node string, id *v1.CertifiedIdentity) bool {
 	defer f.mu.Unlock()
 	n := f.nodes[node]
 	return n != nil && n.node != nil && id.Matches(n.node)
+}
+
+// healthy reports whether the named node is known and Ready: scale-down removes placements on
+// nodes that are not first, whatever their placements last said.
+func (f *fleet) healthy(node string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.nodes[node]
+	return n != nil && n.node != nil && meta.IsStatusConditionTrue(n.node.Status.Conditions, v1.ConditionReady)
 }
 
 // request is one lane's search for nodes.

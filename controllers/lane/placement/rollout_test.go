@@ -1,0 +1,356 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package placement_test
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
+)
+
+// sibling creates another identity of the same worker and model (a new revision), in the
+// given vector space.
+func sibling(of *v1.CertifiedIdentity, space string) *v1.CertifiedIdentity {
+	GinkgoHelper()
+	id := of.DeepCopy()
+	id.ObjectMeta = metav1.ObjectMeta{Name: unique("gte")}
+	id.Status = v1.CertifiedIdentityStatus{}
+	id.Spec.Model.Revision = "f00d"
+	id.Spec.VectorSpaceID = space
+	Expect(kube.Create(ctx, id)).To(Succeed())
+	observe(id)
+	return id
+}
+
+// report has the placement's agent report a phase for the placement's latest generation.
+func report(p v1.LanePlacement, phase v1.PlacementPhase) {
+	GinkgoHelper()
+	Expect(kube.Get(ctx, client.ObjectKeyFromObject(&p), &p)).To(Succeed())
+	p.Status.Phase, p.Status.ObservedGeneration = phase, p.Generation
+	Expect(kube.Status().Update(ctx, &p)).To(Succeed())
+	observe(&p)
+}
+
+func reportAll(l *v1.CatalogLane, phase v1.PlacementPhase) {
+	GinkgoHelper()
+	for _, p := range placements(l) {
+		report(p, phase)
+	}
+}
+
+// edit changes the lane's spec and stores it.
+func edit(l *v1.CatalogLane, change func(*v1.CatalogLaneSpec)) *v1.CatalogLane {
+	GinkgoHelper()
+	Expect(kube.Get(ctx, client.ObjectKeyFromObject(l), l)).To(Succeed())
+	change(&l.Spec)
+	Expect(kube.Update(ctx, l)).To(Succeed())
+	return l
+}
+
+// settle reconciles past the status coalescing.
+func settle(l *v1.CatalogLane) *v1.CatalogLane {
+	GinkgoHelper()
+	clk.Step(placement.StatusInterval)
+	return reconcileLane(l)
+}
+
+func condition(l *v1.CatalogLane, typ string) metav1.Condition {
+	GinkgoHelper()
+	c := meta.FindStatusCondition(l.Status.Conditions, typ)
+	Expect(c).NotTo(BeNil(), "condition %s", typ)
+	return *c
+}
+
+// retired lets the agent finish retiring the lane's deleted placements: their finalizers go.
+func retired(l *v1.CatalogLane) {
+	GinkgoHelper()
+	var list v1.LanePlacementList
+	Expect(kube.List(ctx, &list, client.InNamespace(l.Namespace), client.MatchingLabels{v1.LabelLane: l.Name})).To(Succeed())
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		p.Finalizers = nil
+		Expect(kube.Update(ctx, p)).To(Succeed())
+		controller.Gone(p)
+	}
+}
+
+var _ = Describe("Lane edits", func() {
+	Context("when deadlines and bounds change", func() {
+		It("should write them onto the placements, the worker's a node at a time, and move observedGeneration only once the agents report them", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			lane := reconcileLane(newLane(id, 2))
+			reportAll(lane, v1.PhaseReady)
+			lane = settle(lane)
+			Expect(lane.Status.ObservedGeneration).To(Equal(lane.Generation))
+			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonRolloutComplete))
+
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.RequestDeadlineSeconds, s.Ceiling = 10, ptr.To[int32](256) })
+			lane = reconcileLane(lane)
+			got := placements(lane)
+			ceilings := map[int32]int{}
+			for _, p := range got {
+				Expect(p.Spec.RequestDeadlineSeconds).To(BeEquivalentTo(10), "the front door's fields go onto every placement at once")
+				ceilings[p.Spec.Ceiling]++
+			}
+			Expect(ceilings).To(Equal(map[int32]int{256: 1, 512: 1}), "the worker's fields go a node at a time")
+			Expect(lane.Status.ObservedGeneration).To(BeNumerically("<", lane.Generation))
+			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonApplyingEdits))
+
+			for _, p := range got {
+				if p.Spec.Ceiling == 256 {
+					report(p, v1.PhaseReady)
+				}
+			}
+			lane = settle(lane)
+			for _, p := range placements(lane) {
+				Expect(p.Spec.Ceiling).To(BeEquivalentTo(256))
+			}
+			Expect(lane.Status.ObservedGeneration).To(BeNumerically("<", lane.Generation), "one agent has not reported the edit yet")
+
+			reportAll(lane, v1.PhaseReady)
+			lane = settle(lane)
+			Expect(lane.Status.ObservedGeneration).To(Equal(lane.Generation))
+			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonRolloutComplete))
+		})
+	})
+
+	Context("when a rung the prewarm policy names is added to the ladder", func() {
+		It("should roll the new ladder out as new placements and never write the rung onto the old ones", func() {
+			id := newIdentity()
+			a, b := newNode(), newNode()
+			policy := &v1.PrewarmPolicy{ObjectMeta: metav1.ObjectMeta{Name: unique("prewarm"), Namespace: "default"},
+				Spec: v1.PrewarmPolicySpec{Rungs: []v1.Rung{512, 1024}}}
+			Expect(kube.Create(ctx, policy)).To(Succeed())
+			lane := newLane(id, 1)
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) {
+				s.PrewarmPolicyRef = &v1.LocalObjectReference{Name: policy.Name}
+				s.NodeSelector = map[string]string{"pool": "search"}
+			})
+			lane = reconcileLane(lane)
+			old := placements(lane)
+			Expect(old).To(HaveLen(1))
+			var first string
+			for n := range old {
+				first = n
+			}
+			Expect(old[first].Spec.PrewarmRungs).To(Equal([]v1.Rung{512}))
+			reportAll(lane, v1.PhaseReady)
+
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.Rungs = []v1.Rung{128, 256, 512, 1024} })
+			lane = reconcileLane(lane) // no 422: the old placement keeps its own ladder's prewarm
+			got := placements(lane)
+			Expect(got).To(HaveLen(2), "the new ladder's placement comes up beside the old")
+			Expect(got[first].Spec.Rungs).To(Equal([]v1.Rung{128, 256, 512}))
+			Expect(got[first].Spec.PrewarmRungs).To(Equal([]v1.Rung{512}))
+			second := a.Name
+			if first == a.Name {
+				second = b.Name
+			}
+			Expect(got[second].Spec.Rungs).To(Equal([]v1.Rung{128, 256, 512, 1024}))
+			Expect(got[second].Spec.PrewarmRungs).To(Equal([]v1.Rung{512, 1024}))
+			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonRollingUpdate))
+			Expect(lane.Status.ObservedGeneration).To(BeNumerically("<", lane.Generation))
+
+			report(got[second], v1.PhaseReady)
+			lane = settle(lane)
+			Expect(placements(lane)).To(HaveLen(1))
+			Expect(placements(lane)).To(HaveKey(second), "the old ladder's placement retired once the new one was ready")
+			Expect(lane.Status.ObservedGeneration).To(Equal(lane.Generation))
+			Expect(lane.Status.UpdatedReplicas).To(BeEquivalentTo(1))
+		})
+	})
+
+	Context("when the identity changes within one vector space and there is no spare node", func() {
+		It("should replace the placements a node at a time within maxUnavailable", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			lane := reconcileLane(newLane(id, 2))
+			reportAll(lane, v1.PhaseReady)
+			next := sibling(id, id.Spec.VectorSpaceID)
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) {
+				s.IdentityRef.Name = next.Name
+				s.Rollout = v1.RolloutStrategy{MaxSurge: ptr.To[int32](0), MaxUnavailable: 1}
+			})
+			lane = reconcileLane(lane)
+			Expect(placements(lane)).To(HaveLen(1), "one old placement retires")
+			lane = reconcileLane(lane)
+			Expect(placements(lane)).To(HaveLen(1), "and no other until it is gone and replaced")
+
+			for step := 0; step < 2; step++ {
+				retired(lane)
+				lane = reconcileLane(lane)
+				got := placements(lane)
+				Expect(got).To(HaveLen(2))
+				fresh := 0
+				for _, p := range got {
+					if p.Spec.Identity == next.Name {
+						fresh++
+						report(p, v1.PhaseReady)
+					}
+				}
+				Expect(fresh).To(Equal(step + 1))
+				lane = reconcileLane(lane)
+			}
+			lane = settle(lane)
+			for _, p := range placements(lane) {
+				Expect(p.Spec.Identity).To(Equal(next.Name))
+			}
+			Expect(lane.Status.ObservedGeneration).To(Equal(lane.Generation))
+			Expect(lane.Status.VectorSpaceID).To(Equal(id.Spec.VectorSpaceID))
+		})
+	})
+
+	Context("when the identity moves to another vector space", func() {
+		It("should bring the new space up beside the old, switch the lane's space once, then retire the old", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			lane := reconcileLane(newLane(id, 1))
+			reportAll(lane, v1.PhaseReady)
+			lane = settle(lane)
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte"))
+			next := sibling(id, "gte-v2")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
+
+			lane = reconcileLane(lane)
+			got := placements(lane)
+			Expect(got).To(HaveLen(2))
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte"), "the old space answers until the new is ready")
+			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonBlueGreen))
+			var fresh v1.LanePlacement
+			for _, p := range got {
+				if p.Spec.Identity == next.Name {
+					fresh = p
+				}
+			}
+			Expect(fresh.Spec.VectorSpaceID).To(Equal("gte-v2"))
+
+			report(fresh, v1.PhaseReady)
+			lane = reconcileLane(lane)
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"), "switched in one write")
+			Expect(placements(lane)).To(HaveLen(2), "the old retire only once the switch is written")
+			lane = reconcileLane(lane)
+			Expect(placements(lane)).To(HaveLen(1))
+			Expect(placements(lane)).To(HaveKey(fresh.Spec.Node))
+			lane = settle(lane)
+			Expect(lane.Status.ObservedGeneration).To(Equal(lane.Generation))
+			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonRolloutComplete))
+		})
+
+		It("should keep the old space answering and say why when the new cannot be placed beside it", func() {
+			id := newIdentity()
+			n := newNode()
+			lane := reconcileLane(newLane(id, 1))
+			reportAll(lane, v1.PhaseReady)
+			next := sibling(id, "gte-v2")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
+			lane = settle(lane)
+			Expect(placements(lane)).To(HaveKey(n.Name))
+			Expect(placements(lane)[n.Name].Spec.Identity).To(Equal(id.Name))
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte"))
+			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonNewPlacementsUnplaceable))
+			Expect(condition(lane, v1.LaneConditionPlaced).Status).To(Equal(metav1.ConditionTrue))
+			Expect(meta.IsStatusConditionTrue(lane.Status.Conditions, v1.ConditionReady)).To(BeTrue())
+		})
+
+		It("should keep the old space answering and say why when the new placements fail", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			lane := reconcileLane(newLane(id, 1))
+			reportAll(lane, v1.PhaseReady)
+			next := sibling(id, "gte-v2")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
+			lane = reconcileLane(lane)
+			for _, p := range placements(lane) {
+				if p.Spec.Identity == next.Name {
+					report(p, v1.PhaseFailed)
+				}
+			}
+			lane = settle(lane)
+			Expect(placements(lane)).To(HaveLen(2))
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte"))
+			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonNewPlacementsFailed))
+		})
+	})
+})
+
+var _ = Describe("Expectations", func() {
+	It("should delete exactly the intended replica when a stale status update arrives before the deletion event", func() {
+		id := newIdentity()
+		newNode()
+		newNode()
+		newNode()
+		lane := reconcileLane(newLane(id, 3))
+		before := placements(lane)
+		lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.Replicas = 2 })
+		lane = reconcileLane(lane)
+		after := placements(lane)
+		Expect(after).To(HaveLen(2))
+		for node, p := range before {
+			if _, kept := after[node]; !kept {
+				stale := p.DeepCopy() // as the informer had it: no deletion timestamp
+				stale.Status.Phase = v1.PhaseReady
+				observe(stale)
+			}
+		}
+		lane = reconcileLane(lane)
+		Expect(placements(lane)).To(Equal(after))
+	})
+
+	It("should remove the placement on an unhealthy node first when scaling down", func() {
+		id := newIdentity()
+		a, b := newNode(), newNode()
+		lane := reconcileLane(newLane(id, 2))
+		reportAll(lane, v1.PhaseReady) // the placements last said Ready, both
+		a.Status.Conditions[0].Status = metav1.ConditionUnknown
+		a.Status.Conditions[0].Reason = v1.NodeReasonLeaseExpired
+		Expect(kube.Status().Update(ctx, a)).To(Succeed())
+		observe(a)
+		lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.Replicas = 1 })
+		Expect(placements(reconcileLane(lane))).To(HaveKey(b.Name))
+	})
+
+	It("should not count a placement of the same name that is being deleted as placed", func() {
+		id := newIdentity()
+		n := newNode()
+		lane := newLane(id, 1)
+		// A placement of the name this lane would use, being deleted, that the controller's
+		// cache has not shown it.
+		p := &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-" + n.Name, Namespace: lane.Namespace,
+			Labels: map[string]string{v1.LabelLane: lane.Name, v1.LabelNode: n.Name}, Finalizers: []string{v1.FinalizerRetirement}},
+			Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: n.Name, Identity: id.Name, Task: v1.TaskEmbed, Device: v1.DeviceANE,
+				Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+		Expect(kube.Create(ctx, p)).To(Succeed())
+		Expect(kube.Delete(ctx, p)).To(Succeed())
+		lane = reconcileLane(lane)
+		Expect(lane.Status.Replicas).To(BeZero())
+		Expect(condition(lane, v1.LaneConditionPlaced).Status).To(Equal(metav1.ConditionFalse))
+	})
+})
