@@ -39,6 +39,30 @@ const (
 	PlacementConditionWorkerRunning = "WorkerRunning"
 	// PlacementConditionSelfChecked is True when the worker's self-check passed.
 	PlacementConditionSelfChecked = "SelfChecked"
+
+	// PlacementConditionNodeReady mirrors the node's health onto its placements, as the node
+	// lifecycle controller marks a lost node's Pods not ready: False from the moment the node's
+	// Lease expires, until the node is back. Only the controller writes it; the lane's
+	// endpoints leave such a placement out at once.
+	PlacementConditionNodeReady = "NodeReady"
+	// PlacementReasonNodeUnknown: the node's Lease expired; nothing it reports is current.
+	PlacementReasonNodeUnknown = "NodeUnknown"
+	// PlacementReasonNodeReady: the node's Lease is renewed.
+	PlacementReasonNodeReady = "NodeReady"
+
+	// PlacementConditionTerminating is True while the node's agent is stopping: the placement
+	// still serves what reaches it, and the lane's endpoints list it as terminating (not ready)
+	// so no new call is sent there. Only the agent writes it.
+	PlacementConditionTerminating = "Terminating"
+	// PlacementReasonAgentStopping: the node's agent is shutting down.
+	PlacementReasonAgentStopping = "AgentStopping"
+
+	// PlacementConditionDrained is True once the lane's endpoints no longer list the placement
+	// as ready: its agent may then close its server. Only the endpoints controller writes it,
+	// and only on placements that are Terminating.
+	PlacementConditionDrained = "Drained"
+	// PlacementReasonNotAnEndpoint: the lane's EndpointSlices do not list the placement as ready.
+	PlacementReasonNotAnEndpoint = "NotAReadyEndpoint"
 )
 
 // PlacementPhase is where a placement is in its life.
@@ -352,7 +376,9 @@ type LanePlacementStatus struct {
 	// +optional
 	WorkerWarnings *WorkerWarnings `json:"workerWarnings,omitempty"`
 
-	// conditions: ArtifactVerified, WorkerRunning, SelfChecked, Ready.
+	// conditions: ArtifactVerified, WorkerRunning, SelfChecked, Terminating and Ready (the
+	// agent's), NodeReady (the node lifecycle controller's), Drained (the endpoints
+	// controller's).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

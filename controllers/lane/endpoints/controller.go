@@ -137,7 +137,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	err := c.service(ctx, lane)
 	if err == nil {
-		var byPort map[int32][]string
+		var byPort map[int32][]endpoint
 		if byPort, err = c.readyEndpoints(ctx, lane); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -232,17 +232,27 @@ func (c *Controller) setServiceCondition(ctx context.Context, lane *v1.CatalogLa
 	return c.kube.Status().Patch(ctx, lane, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
 }
 
-// readyEndpoints groups the allowed addresses of the nodes whose placement of lane is Ready by
-// their serving port (one EndpointSlice carries one set of ports).
-func (c *Controller) readyEndpoints(ctx context.Context, lane *v1.CatalogLane) (map[int32][]string, error) {
+// endpoint is one node's address and its EndpointSlice conditions.
+type endpoint struct {
+	address              string
+	ready, serving, term bool
+}
+
+// readyEndpoints groups the allowed addresses of the nodes whose placement of lane serves, by
+// their serving port (one EndpointSlice carries one set of ports). A placement is listed when
+// it is Ready, of the lane's vector space, and its node is not known lost (its MacNode's Ready
+// condition or the placement's NodeReady condition not True): a lost node leaves at once, not at
+// its eviction. A placement that is being deleted, or whose agent says it is stopping, is
+// listed as terminating: not ready, still serving what reaches it.
+func (c *Controller) readyEndpoints(ctx context.Context, lane *v1.CatalogLane) (map[int32][]endpoint, error) {
 	var ps v1.LanePlacementList
 	if err := c.kube.List(ctx, &ps, client.InNamespace(lane.Namespace), client.MatchingLabels{v1.LabelLane: lane.Name}); err != nil {
 		return nil, err
 	}
 	var cluster []ClusterRange
-	out := map[int32][]string{}
+	out := map[int32][]endpoint{}
 	for _, p := range ps.Items {
-		if p.Status.Phase != v1.PhaseReady || !p.DeletionTimestamp.IsZero() {
+		if p.Status.Phase != v1.PhaseReady || meta.IsStatusConditionFalse(p.Status.Conditions, v1.PlacementConditionNodeReady) {
 			continue
 		}
 		// Only placements of the vector space the lane answers in: during a blue/green rollout
@@ -257,7 +267,7 @@ func (c *Controller) readyEndpoints(ctx context.Context, lane *v1.CatalogLane) (
 			}
 			return nil, err
 		}
-		if node.Status.ServingPort == 0 {
+		if node.Status.ServingPort == 0 || lost(node) {
 			continue
 		}
 		if cluster == nil {
@@ -267,18 +277,28 @@ func (c *Controller) readyEndpoints(ctx context.Context, lane *v1.CatalogLane) (
 			}
 		}
 		// A refused address leaves the node out; its MacNode's AddressAllowed condition says why.
-		if ip, err := c.policy.nodeAddress(node, cluster); err == nil {
-			out[node.Status.ServingPort] = append(out[node.Status.ServingPort], ip.String())
+		ip, err := c.policy.nodeAddress(node, cluster)
+		if err != nil {
+			continue
 		}
+		term := !p.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(p.Status.Conditions, v1.PlacementConditionTerminating)
+		out[node.Status.ServingPort] = append(out[node.Status.ServingPort], endpoint{address: ip.String(), ready: !term, serving: true, term: term})
 	}
 	for port := range out {
-		slices.Sort(out[port])
+		slices.SortFunc(out[port], func(a, b endpoint) int { return strings.Compare(a.address, b.address) })
 	}
 	return out, nil
 }
 
+// lost reports whether the node's Ready condition says it is not: the lifecycle controller
+// turns it Unknown when the Lease expires. A node that has none yet is not judged.
+func lost(node *v1.MacNode) bool {
+	c := meta.FindStatusCondition(node.Status.Conditions, v1.ConditionReady)
+	return c != nil && c.Status != metav1.ConditionTrue
+}
+
 // slices writes one EndpointSlice per serving port and deletes the ones no longer needed.
-func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort map[int32][]string) error {
+func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort map[int32][]endpoint) error {
 	var existing discoveryv1.EndpointSliceList
 	if err := c.kube.List(ctx, &existing, client.InNamespace(lane.Namespace),
 		client.MatchingLabels{discoveryv1.LabelServiceName: lane.Name, discoveryv1.LabelManagedBy: ManagedBy}); err != nil {
@@ -295,7 +315,8 @@ func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort ma
 			slice.Ports = []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)}}
 			var eps []discoveryv1.Endpoint
 			for _, a := range addrs {
-				eps = append(eps, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+				eps = append(eps, discoveryv1.Endpoint{Addresses: []string{a.address},
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(a.ready), Serving: ptr.To(a.serving), Terminating: ptr.To(a.term)}})
 			}
 			slice.Endpoints = eps
 			return controllerutil.SetControllerReference(lane, slice, c.kube.Scheme())

@@ -18,18 +18,23 @@ package endpoints_test
 
 import (
 	"fmt"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
+	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
 )
 
 var seq int
@@ -214,5 +219,75 @@ var _ = Describe("Endpoints", func() {
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.42"}}))
 		Expect(kube.Get(ctx, client.ObjectKeyFromObject(slice), slice)).To(Succeed())
 		Expect(slice.Generation).To(Equal(before+1), "the switch is one update of the slice")
+	})
+
+	Context("when a node is lost", func() {
+		It("should drop its endpoint as the node goes Unknown, on the lifecycle controller's fake clock, not at the eviction", func() {
+			Expect(client.IgnoreAlreadyExists(kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lifecycle.LeaseNamespace}}))).To(Succeed())
+			lane := newLane()
+			alive, dying := node("192.0.2.51", 8080), node("192.0.2.52", 8080)
+			for _, n := range []*v1.MacNode{alive, dying} {
+				n.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady,
+					LastTransitionTime: metav1.NewTime(clk.Now())}}
+				Expect(kube.Status().Update(ctx, n)).To(Succeed())
+				Expect(kube.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: lifecycle.LeaseNamespace},
+					Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n.Name), RenewTime: ptr.To(metav1.NewMicroTime(clk.Now()))}})).To(Succeed())
+				placement(lane, n, v1.PhaseReady)
+			}
+			lc := lifecycle.NewController(clk, kube, events.NewFakeRecorder(10))
+			reconcileBoth := func() {
+				GinkgoHelper()
+				for _, n := range []*v1.MacNode{alive, dying} {
+					_, err := lc.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(n)})
+					Expect(err).NotTo(HaveOccurred())
+				}
+				_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+				Expect(err).NotTo(HaveOccurred())
+			}
+			reconcileBoth()
+			Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.51", "192.0.2.52"}}))
+
+			// The agent of one renews; the other's Lease runs out.
+			clk.Step(lifecycle.DefaultGracePeriod + time.Second)
+			lease := &coordinationv1.Lease{}
+			Expect(kube.Get(ctx, client.ObjectKey{Namespace: lifecycle.LeaseNamespace, Name: alive.Name}, lease)).To(Succeed())
+			lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(clk.Now()))
+			Expect(kube.Update(ctx, lease)).To(Succeed())
+			reconcileBoth()
+			Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.51"}}), "the lost node left at the grace period")
+			p := &v1.LanePlacement{}
+			Expect(kube.Get(ctx, client.ObjectKey{Namespace: lane.Namespace, Name: lane.Name + "-" + dying.Name}, p)).To(Succeed())
+			Expect(p.DeletionTimestamp).To(BeNil(), "its placement is kept until the eviction timeout")
+			Expect(meta.IsStatusConditionFalse(p.Status.Conditions, v1.PlacementConditionNodeReady)).To(BeTrue())
+		})
+	})
+
+	It("should list a placement being deleted, or whose agent is stopping, as terminating: serving, not ready", func() {
+		lane := newLane()
+		stopping, deleted, serving := node("192.0.2.61", 8080), node("192.0.2.62", 8080), node("192.0.2.63", 8080)
+		ps := placement(lane, stopping, v1.PhaseReady)
+		ps.Status.Conditions = []metav1.Condition{{Type: v1.PlacementConditionTerminating, Status: metav1.ConditionTrue, Reason: v1.PlacementReasonAgentStopping,
+			Message: "stopping", LastTransitionTime: metav1.NewTime(clk.Now())}}
+		Expect(kube.Status().Update(ctx, ps)).To(Succeed())
+		pd := placement(lane, deleted, v1.PhaseReady)
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(pd), pd)).To(Succeed())
+		pd.Finalizers = []string{v1.FinalizerRetirement}
+		Expect(kube.Update(ctx, pd)).To(Succeed())
+		Expect(kube.Delete(ctx, pd)).To(Succeed())
+		placement(lane, serving, v1.PhaseReady)
+		_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		Expect(err).NotTo(HaveOccurred())
+
+		var list discoveryv1.EndpointSliceList
+		Expect(kube.List(ctx, &list, client.InNamespace(lane.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: lane.Name})).To(Succeed())
+		Expect(list.Items).To(HaveLen(1))
+		got := map[string][3]bool{}
+		for _, e := range list.Items[0].Endpoints {
+			got[e.Addresses[0]] = [3]bool{*e.Conditions.Ready, *e.Conditions.Serving, *e.Conditions.Terminating}
+		}
+		Expect(got).To(Equal(map[string][3]bool{"192.0.2.61": {false, true, true}, "192.0.2.62": {false, true, true}, "192.0.2.63": {true, true, false}}))
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(pd), pd)).To(Succeed())
+		pd.Finalizers = nil
+		Expect(kube.Update(ctx, pd)).To(Succeed())
 	})
 })

@@ -333,6 +333,7 @@ var _ = Describe("Placement", func() {
 			Spec: v1.PrewarmPolicySpec{Rungs: []v1.Rung{256, 1024}}}
 		lane.Spec.PrewarmPolicyRef = &v1.LocalObjectReference{Name: policy.Name}
 		Expect(kube.Create(ctx, policy)).To(Succeed())
+		DeferCleanup(func() { Expect(kube.Delete(ctx, policy)).To(Succeed()) }) // it selects every lane of the namespace
 		Expect(kube.Update(ctx, lane)).To(Succeed())
 		lane = reconcileLane(lane)
 		Expect(placements(lane)[n.Name].Spec.PrewarmRungs).To(Equal([]v1.Rung{256}), "only rungs of the ladder")

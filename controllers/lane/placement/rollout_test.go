@@ -144,8 +144,9 @@ var _ = Describe("Lane edits", func() {
 			id := newIdentity()
 			a, b := newNode(), newNode()
 			policy := &v1.PrewarmPolicy{ObjectMeta: metav1.ObjectMeta{Name: unique("prewarm"), Namespace: "default"},
-				Spec: v1.PrewarmPolicySpec{Rungs: []v1.Rung{512, 1024}}}
+				Spec: v1.PrewarmPolicySpec{Rungs: []v1.Rung{512, 1024}, LaneSelector: metav1.LabelSelector{MatchLabels: map[string]string{"prewarm": "none"}}}}
 			Expect(kube.Create(ctx, policy)).To(Succeed())
+			DeferCleanup(func() { Expect(kube.Delete(ctx, policy)).To(Succeed()) })
 			lane := newLane(id, 1)
 			lane = edit(lane, func(s *v1.CatalogLaneSpec) {
 				s.PrewarmPolicyRef = &v1.LocalObjectReference{Name: policy.Name}

@@ -60,6 +60,7 @@ import (
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch,namespace=synapse-node-lease
 
 const (
@@ -198,6 +199,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		if err := c.healed(ctx, now); err != nil {
 			return reconcile.Result{}, err
 		}
+		if err := c.markPlacements(ctx, node, true, "the node's Lease is renewed"); err != nil {
+			return reconcile.Result{}, err
+		}
 		return reconcile.Result{RequeueAfter: expiresAt.Sub(now)}, c.lift(ctx, node, "the node's Lease is renewed again")
 	}
 	c.mu.Lock()
@@ -222,6 +226,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		}
 		c.recorder.Eventf(node, nil, "Warning", v1.NodeReasonLeaseExpired, "Heartbeat", "the agent's Lease expired; the node is Unknown")
 	}
+	// Its placements are marked not ready at once, so the lanes' endpoints drop them now, not
+	// at the eviction minutes later.
+	if err := c.markPlacements(ctx, node, false, fmt.Sprintf("node %s is Unknown: its agent's Lease has not been seen renewed since %s",
+		node.Name, renewed.UTC().Format(time.RFC3339))); err != nil {
+		return reconcile.Result{}, err
+	}
 	// Placements already being deleted here will not be retired by an agent that is gone;
 	// releasing them re-places nothing, so neither the timeout nor the brake applies.
 	if err := c.releaseDeleted(ctx, node.Name); err != nil {
@@ -233,6 +243,34 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		return reconcile.Result{RequeueAfter: evictAt.Sub(now)}, nil
 	}
 	return c.evictWithBrake(ctx, node, now)
+}
+
+// markPlacements writes the NodeReady condition of the node's placements: False on every one
+// while the node is Unknown; back to True, on those marked, once it is renewed again.
+func (c *Controller) markPlacements(ctx context.Context, node *v1.MacNode, ready bool, message string) error {
+	var placements v1.LanePlacementList
+	if err := c.kube.List(ctx, &placements, client.MatchingLabels{v1.LabelNode: node.Name}); err != nil {
+		return err
+	}
+	status, reason := metav1.ConditionFalse, v1.PlacementReasonNodeUnknown
+	if ready {
+		status, reason = metav1.ConditionTrue, v1.PlacementReasonNodeReady
+	}
+	for i := range placements.Items {
+		p := &placements.Items[i]
+		cond := meta.FindStatusCondition(p.Status.Conditions, v1.PlacementConditionNodeReady)
+		if (ready && (cond == nil || cond.Status == metav1.ConditionTrue)) || (!ready && cond != nil && cond.Status == metav1.ConditionFalse) {
+			continue
+		}
+		stored := p.DeepCopy()
+		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1.PlacementConditionNodeReady, Status: status, Reason: reason,
+			Message: message, ObservedGeneration: p.Generation, LastTransitionTime: metav1.NewTime(c.clk.Now())})
+		// Optimistic: a write of the agent's in between is retried, never overwritten.
+		if err := c.kube.Status().Patch(ctx, p, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("marking placement %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	return nil
 }
 
 // lastRenewal is when this controller first saw the node's current renewal: the Lease's renew

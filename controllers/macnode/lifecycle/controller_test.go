@@ -260,3 +260,36 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+var _ = Describe("Placements of a lost node", func() {
+	nodeReady := func(p *v1.LanePlacement) *metav1.Condition {
+		GinkgoHelper()
+		got := &v1.LanePlacement{}
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(p), got)).To(Succeed())
+		return meta.FindStatusCondition(got.Status.Conditions, v1.PlacementConditionNodeReady)
+	}
+
+	It("should be marked not ready the moment the node goes Unknown, kept, and marked ready again when it is back", func() {
+		n := heartbeatingNode()
+		p := placementOn(n)
+		p.Status.Phase = v1.PhaseReady
+		Expect(kube.Status().Update(ctx, p)).To(Succeed())
+		reconcileNode(n)
+		Expect(nodeReady(p)).To(BeNil(), "a healthy node's placements are not written")
+
+		clk.Step(41 * time.Second)
+		_, got := reconcileNode(n)
+		Expect(ready(got)).To(Equal(metav1.ConditionUnknown))
+		c := nodeReady(p)
+		Expect(c).NotTo(BeNil())
+		Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		Expect(c.Reason).To(Equal(v1.PlacementReasonNodeUnknown))
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+		Expect(p.DeletionTimestamp).To(BeNil(), "not evicted before the eviction timeout")
+		Expect(p.Status.Phase).To(Equal(v1.PhaseReady), "the agent's own report is left as it is")
+
+		renew(n)
+		reconcileNode(n)
+		Expect(nodeReady(p).Status).To(Equal(metav1.ConditionTrue))
+	})
+})
