@@ -117,13 +117,14 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 }
 
 // ServingChanges passes a MacNode event only if it changes what the lanes' EndpointSlices are
-// made of: the node's addresses or serving port. The agents' progress reports (every few
-// seconds from every Mac) would otherwise reconcile every lane on the node each time.
+// made of: the node's addresses, serving port or health (a lost node leaves at once). The
+// agents' progress reports (every few seconds from every Mac) would otherwise reconcile every
+// lane on the node each time.
 var ServingChanges = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	old, ok1 := e.ObjectOld.(*v1.MacNode)
 	cur, ok2 := e.ObjectNew.(*v1.MacNode)
 	return !ok1 || !ok2 || old.Status.ServingPort != cur.Status.ServingPort ||
-		!equality.Semantic.DeepEqual(old.Status.Addresses, cur.Status.Addresses)
+		!equality.Semantic.DeepEqual(old.Status.Addresses, cur.Status.Addresses) || lost(old) != lost(cur)
 }}
 
 // Reconcile writes one lane's Service and EndpointSlices, and its ServiceReady condition.

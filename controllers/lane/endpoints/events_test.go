@@ -26,8 +26,8 @@ import (
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 )
 
-// Only a change of a node's addresses or serving port reconciles the lanes on it: the agents'
-// progress reports and condition messages change nothing in an EndpointSlice.
+// Only a change of a node's addresses, serving port or health reconciles the lanes on it: the
+// agents' progress reports and condition messages change nothing in an EndpointSlice.
 func TestOnlyANodeChangeOfAddressOrPortReconcilesItsLanes(t *testing.T) {
 	n := &v1.MacNode{Status: v1.MacNodeStatus{ServingPort: 7443, Addresses: []v1.NodeAddress{{Type: "InternalIP", Address: "10.0.0.2"}},
 		Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady}}}}
@@ -41,8 +41,11 @@ func TestOnlyANodeChangeOfAddressOrPortReconcilesItsLanes(t *testing.T) {
 		"lanes":         {func(n *v1.MacNode) { n.Status.Lanes = 3 }, false},
 		"ready message": {func(n *v1.MacNode) { n.Status.Conditions[0].Message = "3 lanes loaded" }, false},
 		"address":       {func(n *v1.MacNode) { n.Status.Addresses[0].Address = "10.0.0.3" }, true},
-		"address added": {func(n *v1.MacNode) { n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Address: "10.0.0.4"}) }, true},
-		"serving port":  {func(n *v1.MacNode) { n.Status.ServingPort = 7444 }, true},
+		"address added": {func(n *v1.MacNode) {
+			n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Address: "10.0.0.4"})
+		}, true},
+		"serving port": {func(n *v1.MacNode) { n.Status.ServingPort = 7444 }, true},
+		"lost":         {func(n *v1.MacNode) { n.Status.Conditions[0].Status = metav1.ConditionUnknown }, true},
 	} {
 		cur := n.DeepCopy()
 		tc.change(cur)
