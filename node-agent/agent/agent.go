@@ -93,8 +93,11 @@ type Config struct {
 	// records the workers' inventories and the independent admission count there, as JSON,
 	// for synapse-certify. Ordinary serving leaves it empty and records nothing.
 	CertifyObservation string
-	Clock              clock.WithTicker
-	Log                logr.Logger
+	// DrainTimeout bounds how long a stopping agent waits, its server still answering, for
+	// the lanes' endpoints to stop listing its placements as ready (10 s if zero).
+	DrainTimeout time.Duration
+	Clock        clock.WithTicker
+	Log          logr.Logger
 }
 
 // Agent is one node's agent.
@@ -113,6 +116,8 @@ type Agent struct {
 	mu     sync.Mutex
 	lanes  map[types.NamespacedName]*lane // by placement
 	paused bool                           // paused by the admin API
+	// stopping: the agent is shutting down; its placements say Terminating.
+	stopping bool
 	node   *v1.MacNode                    // as last read
 	port   int32                          // the HTTP API's port
 	kick   chan struct{}
@@ -136,6 +141,9 @@ func New(cfg Config) *Agent {
 	}
 	if cfg.StatusInterval == 0 {
 		cfg.StatusInterval = time.Second
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = 10 * time.Second
 	}
 	if cfg.Budget == 0 {
 		cfg.Budget = supervisor.DefaultBudget
@@ -237,7 +245,17 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 			}
 		}()
 	}
-	goRun("manager", mgr.Start)
+	// The manager (its cache and client) outlives ctx until the placements are drained.
+	mgrCtx, stopMgr := context.WithCancel(context.Background())
+	defer stopMgr()
+	mgrDone := make(chan struct{})
+	go func() {
+		defer close(mgrDone)
+		if err := mgr.Start(mgrCtx); err != nil && mgrCtx.Err() == nil {
+			errs <- fmt.Errorf("manager: %w", err)
+			cancel()
+		}
+	}()
 	goRun("lease", a.heartbeat)
 	goRun("status", a.writeStatus)
 	goRun("probe", a.probeLoop)
@@ -248,6 +266,11 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 	wg.Wait()
 	shutdown, done := context.WithTimeout(context.Background(), 30*time.Second)
 	defer done()
+	// Say the placements are terminating and wait, still answering, until the lanes' endpoints
+	// no longer send calls here; only then close the server.
+	a.drain(shutdown, mgr.GetAPIReader())
+	stopMgr()
+	<-mgrDone
 	_ = srv.Shutdown(shutdown)
 	a.retireAll(shutdown)
 	a.sayStopped(shutdown)

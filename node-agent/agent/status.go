@@ -125,7 +125,7 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 		a.mu.Unlock()
 		return false
 	}
-	state, loaded, supKey, failure := l.state, l.loaded, l.key, l.failure
+	state, loaded, supKey, failure, stopping := l.state, l.loaded, l.key, l.failure, a.stopping
 	verifyReason, verifyMessage, verified := l.verifyReason, l.verifyMessage, l.verified
 	probes := probeStatus(l.probes, a.simulated())
 	a.mu.Unlock()
@@ -205,6 +205,12 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 		}
 	default:
 		set(v1.PlacementConditionSelfChecked, false, "Pending", "the self-check runs once the smallest rung is resident")
+	}
+	if stopping {
+		set(v1.PlacementConditionTerminating, true, v1.PlacementReasonAgentStopping,
+			fmt.Sprintf("the agent of node %s is stopping: calls already here are answered, new ones go to the lane's other nodes", a.cfg.NodeName))
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, v1.PlacementConditionTerminating)
 	}
 	ready := st.Phase == v1.PhaseReady
 	reason, message := string(st.Phase), phaseMessage(st.Phase, st)

@@ -56,6 +56,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=cataloglanes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements/status,verbs=get;update;patch
 
 const (
 	// ServicePort is the lane Service's port; it forwards to each node's serving port.
@@ -143,6 +144,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 		err = c.slices(ctx, lane, byPort)
+		if err == nil {
+			err = c.confirmDrained(ctx, lane)
+		}
 	}
 	if errors.Is(err, errNameTaken) {
 		// Nothing of ours may carry the lane's Service name: the slices would feed that Service.
@@ -289,6 +293,37 @@ func (c *Controller) readyEndpoints(ctx context.Context, lane *v1.CatalogLane) (
 		slices.SortFunc(out[port], func(a, b endpoint) int { return strings.Compare(a.address, b.address) })
 	}
 	return out, nil
+}
+
+// confirmDrained tells the agents of the lane's Terminating placements, once the EndpointSlices
+// just written list them as not ready, that they may close their servers (the Drained
+// condition), and clears it from placements no longer terminating (an agent that runs again).
+func (c *Controller) confirmDrained(ctx context.Context, lane *v1.CatalogLane) error {
+	var ps v1.LanePlacementList
+	if err := c.kube.List(ctx, &ps, client.InNamespace(lane.Namespace), client.MatchingLabels{v1.LabelLane: lane.Name}); err != nil {
+		return err
+	}
+	for i := range ps.Items {
+		p := &ps.Items[i]
+		terminating := meta.IsStatusConditionTrue(p.Status.Conditions, v1.PlacementConditionTerminating)
+		drained := meta.FindStatusCondition(p.Status.Conditions, v1.PlacementConditionDrained)
+		if (terminating && drained != nil && drained.Status == metav1.ConditionTrue) || (!terminating && drained == nil) {
+			continue
+		}
+		stored := p.DeepCopy()
+		if terminating {
+			meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1.PlacementConditionDrained, Status: metav1.ConditionTrue,
+				Reason: v1.PlacementReasonNotAnEndpoint, ObservedGeneration: p.Generation, LastTransitionTime: metav1.NewTime(c.clk.Now()),
+				Message: fmt.Sprintf("lane %s's EndpointSlices no longer list this placement as ready; its agent may stop answering", lane.Name)})
+		} else {
+			meta.RemoveStatusCondition(&p.Status.Conditions, v1.PlacementConditionDrained)
+		}
+		// Optimistic: an agent's write in between is retried, never overwritten.
+		if err := c.kube.Status().Patch(ctx, p, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("confirming placement %s/%s drained: %w", p.Namespace, p.Name, err)
+		}
+	}
+	return nil
 }
 
 // lost reports whether the node's Ready condition says it is not: the lifecycle controller

@@ -286,6 +286,17 @@ var _ = Describe("Endpoints", func() {
 			got[e.Addresses[0]] = [3]bool{*e.Conditions.Ready, *e.Conditions.Serving, *e.Conditions.Terminating}
 		}
 		Expect(got).To(Equal(map[string][3]bool{"192.0.2.61": {false, true, true}, "192.0.2.62": {false, true, true}, "192.0.2.63": {true, true, false}}))
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(ps), ps)).To(Succeed())
+		Expect(meta.IsStatusConditionTrue(ps.Status.Conditions, v1.PlacementConditionDrained)).To(BeTrue(),
+			"the stopping agent is told it may close its server once the slice lists it not ready")
+
+		// The agent runs again: no longer terminating, the confirmation is cleared.
+		meta.RemoveStatusCondition(&ps.Status.Conditions, v1.PlacementConditionTerminating)
+		Expect(kube.Status().Update(ctx, ps)).To(Succeed())
+		_, err = newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(ps), ps)).To(Succeed())
+		Expect(meta.FindStatusCondition(ps.Status.Conditions, v1.PlacementConditionDrained)).To(BeNil())
 		Expect(kube.Get(ctx, client.ObjectKeyFromObject(pd), pd)).To(Succeed())
 		pd.Finalizers = nil
 		Expect(kube.Update(ctx, pd)).To(Succeed())
