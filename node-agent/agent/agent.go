@@ -118,9 +118,9 @@ type Agent struct {
 	paused bool                           // paused by the admin API
 	// stopping: the agent is shutting down; its placements say Terminating.
 	stopping bool
-	node   *v1.MacNode                    // as last read
-	port   int32                          // the HTTP API's port
-	kick   chan struct{}
+	node     *v1.MacNode // as last read
+	port     int32       // the HTTP API's port
+	kick     chan struct{}
 	// resync asks the reconciler to look at every placement (pause and resume).
 	resync chan event.GenericEvent
 	// probeKick wakes the placement prober; probeRatio exports its measurements.
