@@ -156,11 +156,14 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return r.load(ctx, l, p, identity)
 }
 
-// sameLoad reports whether two placement specs load the same worker: the prewarm rungs and
-// the request deadline are applied in place.
+// sameLoad reports whether two placement specs load the lane alike: the prewarm rungs and the
+// request deadline are applied in place; anything else (the request limits included, which
+// serving is set up with) reloads the lane, which the controller does a node at a time.
 func sameLoad(a, b v1.LanePlacementSpec) bool {
 	return slices.Equal(a.Rungs, b.Rungs) && a.Ceiling == b.Ceiling && a.MaxResidentShapes == b.MaxResidentShapes &&
-		a.AdmissionBoundSeconds == b.AdmissionBoundSeconds && a.Task == b.Task && a.Identity == b.Identity && a.Device == b.Device
+		a.AdmissionBoundSeconds == b.AdmissionBoundSeconds && a.Task == b.Task && a.Identity == b.Identity && a.Device == b.Device &&
+		a.MaxBatchTokens == b.MaxBatchTokens && a.MaxConcurrentRequests == b.MaxConcurrentRequests &&
+		ptr.Deref(a.MaxQueuedRequests, -1) == ptr.Deref(b.MaxQueuedRequests, -1)
 }
 
 func rungs(rs []v1.Rung) []int {
