@@ -194,7 +194,11 @@ func (f *Fleet) startController(ctx context.Context) error {
 	}
 	probe, metrics := freePort(), freePort()
 	f.metrics = metrics
+	// A leader that cannot renew its Lease for the renew deadline exits, and here nothing
+	// restarts it as a Deployment would: the deadline outlasts the API server's restarts (and
+	// the RBAC caches it fills again before it authorizes anyone) on a loaded machine.
 	args := []string{"--kubeconfig", kubeconfig, "--leader-elect", "--leader-election-namespace", ControllerNamespace,
+		"--leader-elect-lease-duration", "3m", "--leader-elect-renew-deadline", "2m",
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe), "--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metrics)}
 	if f.ip != "127.0.0.1" {
 		// The Macs advertise this machine's address: it is the one address they may publish.
