@@ -39,7 +39,7 @@ help: ## Show the targets.
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRDs and RBAC, and copy the CRDs, RBAC rules and node-restriction policies into the chart.
 	$(CONTROLLER_GEN) rbac:roleName=synapse-controller crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
-	$(CONTROLLER_GEN) rbac:roleName=synapse-agent paths="./node-agent/agent/..." output:rbac:artifacts:config=config/agent
+	$(CONTROLLER_GEN) rbac:roleName=synapse-agent paths="./node-agent/agent/..." paths="./node-agent/apiauth/..." output:rbac:artifacts:config=config/agent
 	rm -f $(CHART_CRDS)/*.yaml && mkdir -p $(CHART_CRDS) && cp config/crd/bases/*.yaml $(CHART_CRDS)/
 	cp config/rbac/role.yaml charts/synapse-fleet/files/role.yaml
 	cp config/agent/role.yaml charts/synapse-fleet/files/agent-role.yaml

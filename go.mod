@@ -19,6 +19,7 @@ require (
 	github.com/x448/float16 v0.8.4
 	go.uber.org/zap v1.27.1
 	golang.org/x/net v0.60.0
+	golang.org/x/sync v0.23.0
 	golang.org/x/tools v0.49.0
 	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.37.2
@@ -103,7 +104,6 @@ require (
 	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
 	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
-	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/term v0.46.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

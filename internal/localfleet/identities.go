@@ -107,6 +107,10 @@ func (f *Fleet) join(ctx context.Context, mac string) (string, error) {
 // and its artifacts.
 func (f *Fleet) StateDir(mac string) string { return filepath.Join(f.opts.Dir, "macs", mac) }
 
+// AdminSocket is the Unix socket a Mac's agent serves its admin API on (its default, in its
+// state directory).
+func (f *Fleet) AdminSocket(mac string) string { return filepath.Join(f.StateDir(mac), "admin.sock") }
+
 // MacKubeconfig is the kubeconfig of a Mac's own identity, the one its agent runs with.
 func (f *Fleet) MacKubeconfig(mac string) string {
 	return filepath.Join(f.StateDir(mac), nodeidentity.KubeconfigFile)

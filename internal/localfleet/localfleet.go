@@ -79,6 +79,10 @@ type Options struct {
 	NodeGracePeriod, NodeEvictionTimeout, LeaseDuration, StatusInterval time.Duration
 	// Out receives every process's output, each line prefixed with the process's name.
 	Out io.Writer
+	// AnonymousAPI lets every caller into the Macs' API (--auth=none): make dev's choice, so
+	// that a curl on the loopback needs no token. The e2e suite leaves it off: callers present
+	// tokens that the Macs review with the API server (Caller).
+	AnonymousAPI bool
 }
 
 // Fleet is a running fleet.
@@ -241,6 +245,9 @@ func (f *Fleet) StartMac(ctx context.Context, m Mac) error {
 		"--sim-scale", strconv.FormatFloat(f.opts.SimScale, 'g', -1, 64)}
 	if m.Budget > 0 {
 		args = append(args, "--budget", strconv.Itoa(m.Budget))
+	}
+	if f.opts.AnonymousAPI {
+		args = append(args, "--auth", "none")
 	}
 	if f.opts.LeaseDuration > 0 {
 		args = append(args, "--lease-duration", f.opts.LeaseDuration.String())

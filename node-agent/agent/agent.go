@@ -78,6 +78,9 @@ type Config struct {
 	// all: a node may advertise its interface address while local callers use the loopback.
 	Address string
 	Listen  []string
+	// AdminSocket is the Unix socket the admin API (pause, resume) is served on, only to the
+	// agent's own user; "" serves it nowhere. It is never served on Listen.
+	AdminSocket string
 	// Host starts the workers (a workerhost.Host; the scale harness's hollow Macs start them in
 	// process); LockPath is the machine's lane lock.
 	Host     supervisor.Spawner
@@ -96,8 +99,12 @@ type Config struct {
 	// DrainTimeout bounds how long a stopping agent waits, its server still answering, for
 	// the lanes' endpoints to stop listing its placements as ready (10 s if zero).
 	DrainTimeout time.Duration
-	Clock        clock.WithTicker
-	Log          logr.Logger
+	// Auth lets calls into the HTTP API (apiauth.Delegating; apiauth.Anonymous only when asked
+	// for). Without it no call but the probes is let in. Its metrics, if it has any, are served
+	// with the agent's.
+	Auth  httpapi.Auth
+	Clock clock.WithTicker
+	Log   logr.Logger
 }
 
 // Agent is one node's agent.
@@ -152,8 +159,11 @@ func New(cfg Config) *Agent {
 	a.sup = supervisor.New(supervisor.Config{Clock: cfg.Clock, Spawner: cfg.Host, Log: cfg.Log.WithName("supervisor"), Budget: cfg.Budget, LockPath: cfg.LockPath,
 		Warn: logwarn.Func(cfg.Log.WithName("supervisor")), CertifyObservation: cfg.CertifyObservation != "", OnChange: a.wake})
 	a.serve = serving.New(serving.Supervised(a.sup), cfg.Clock)
-	a.api = httpapi.New(httpapi.Config{Node: cfg.NodeName, Catalog: a, Runner: a.serve, Admin: a, Clock: cfg.Clock, Registry: a.registry,
-		Log: cfg.Log.WithName("api")})
+	a.api = httpapi.New(httpapi.Config{Node: cfg.NodeName, Catalog: a, Runner: a.serve, Clock: cfg.Clock, Registry: a.registry,
+		Auth: cfg.Auth, Log: cfg.Log.WithName("api")})
+	if c, ok := cfg.Auth.(prometheus.Collector); ok {
+		a.registry.MustRegister(c)
+	}
 	a.probeRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "synapse_agent_placement_probe_ratio",
 		Help: "Device over CPU-reference time of the runtime placement probe, by lane, rung and source (measured, or simulated by the sim backend: configured, not measured); above 0.8 the lane fails."},
 		[]string{"lane", "rung", "source"})
@@ -180,6 +190,12 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 	lns, port, err := listenAll(a.cfg.Listen)
 	if err != nil {
 		return err
+	}
+	var adminLn net.Listener
+	if a.cfg.AdminSocket != "" {
+		if adminLn, err = listenAdmin(a.cfg.AdminSocket); err != nil {
+			return errors.Join(err, closeAll(lns))
+		}
 	}
 
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
@@ -245,6 +261,15 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 			}
 		}()
 	}
+	// The admin API, on its own server: never on the API's listeners.
+	adminSrv := &http.Server{Handler: httpapi.NewAdmin(a, a.cfg.Log.WithName("admin")), ReadHeaderTimeout: 10 * time.Second}
+	if adminLn != nil {
+		go func() {
+			if err := adminSrv.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.cfg.Log.Error(err, "the admin socket stopped serving", "path", a.cfg.AdminSocket)
+			}
+		}()
+	}
 	// The manager (its cache and client) outlives ctx until the placements are drained.
 	mgrCtx, stopMgr := context.WithCancel(context.Background())
 	defer stopMgr()
@@ -272,6 +297,7 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 	stopMgr()
 	<-mgrDone
 	_ = srv.Shutdown(shutdown)
+	_ = adminSrv.Shutdown(shutdown)
 	a.retireAll(shutdown)
 	a.sayStopped(shutdown)
 	stopSup()

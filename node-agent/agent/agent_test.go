@@ -46,6 +46,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
+	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
@@ -118,7 +119,7 @@ func newTestAgentWithEnv(t *testing.T, env []string, placements ...*v1.LanePlace
 		Env: func(string, int64) []string { return env }})
 	root := t.TempDir()
 	installArtifact(t, root)
-	a := New(Config{NodeName: "mac-1", Clock: clock.RealClock{}, Log: testr.New(t), Host: host, StatusInterval: time.Second,
+	a := New(Config{NodeName: "mac-1", Clock: clock.RealClock{}, Log: testr.New(t), Host: host, Auth: apiauth.Anonymous{}, StatusInterval: time.Second,
 		ArtifactRoot: root, ChipFamily: "M4", ConverterVersion: artifact.SimConverterVersion,
 		Platform: v1.Platform{MacOSBuild: "25B78"}, Worker: v1.NodeWorker{Backend: v1.BackendSim}, Address: "10.0.0.1"})
 	a.cfg.Clock = clk

@@ -33,6 +33,7 @@ import (
 	"k8s.io/utils/clock"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
 	"github.com/ck-synapse/synapse-fleet/node-agent/httpapi"
 	"github.com/ck-synapse/synapse-fleet/node-agent/internal/workertest"
 	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
@@ -48,7 +49,7 @@ func TestMain(m *testing.M) { os.Exit(workertest.Main(m, &workerBinary)) }
 // agent's own work can be taken with -cpuprofile.
 func BenchmarkServeInProcess(b *testing.B) {
 	clk := clock.RealClock{}
-	a := New(Config{NodeName: "mac-bench", Clock: clk, Log: logr.Discard(),
+	a := New(Config{NodeName: "mac-bench", Clock: clk, Log: logr.Discard(), Auth: apiauth.Anonymous{},
 		Host: workerhost.New(workerhost.Config{Binary: workerBinary, Backend: "sim", StateDir: b.TempDir(), SimScale: 1e-6, Log: logr.Discard(), Clock: clk})})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -31,18 +31,23 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/node-agent/agent"
+	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/convert"
+	"github.com/ck-synapse/synapse-fleet/node-agent/httpapi"
 	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
 )
 
@@ -51,6 +56,7 @@ type options struct {
 	advertise, macOSBuild, chip, signingID              string
 	listen                                              []string
 	artifactRoot, chipFamily, certifyObservation        string
+	auth, authAudience, adminSocket                     string
 	labels                                              map[string]string
 	simScale                                            float64
 	budget                                              int
@@ -96,6 +102,9 @@ explicitly (--backend sim): an agent never switches to it on its own.`,
 	f.DurationVar(&o.leaseDuration, "lease-duration", 30*time.Second, "the node Lease's duration; it is renewed every third of it")
 	f.DurationVar(&o.statusInterval, "status-interval", time.Second, "the least time between two status writes of one object")
 	f.StringVar(&o.certifyObservation, "certify-observation", "", "backend certification only: record the workers' inventories and the independent admission count to this file every status interval, for synapse-certify")
+	f.StringVar(&o.auth, "auth", "kubernetes", "how API calls are let in: kubernetes (a bearer token the API server accepts for --auth-audience, and RBAC on cataloglanes/embeddings or cataloglanes/rerank) or none (every caller, as anonymous: a development fleet only)")
+	f.StringVar(&o.adminSocket, "admin-socket", "", "the Unix socket the admin API (POST /admin/pause, /admin/resume) is served on, to the agent's user only (default <state-dir>/admin.sock); never on --listen")
+	f.StringVar(&o.authAudience, "auth-audience", apiauth.DefaultAudience, "the audience a caller's token must be issued for")
 	gf := flag.NewFlagSet("", flag.ContinueOnError)
 	zapOpts.BindFlags(gf)
 	f.AddGoFlagSet(gf)
@@ -121,6 +130,9 @@ func run(cmd *cobra.Command, o options) error {
 	}
 	if o.artifactRoot == "" {
 		o.artifactRoot = filepath.Join(o.stateDir, "artifacts")
+	}
+	if o.adminSocket == "" {
+		o.adminSocket = filepath.Join(o.stateDir, "admin.sock")
 	}
 	if o.workerBinary == "" {
 		self, err := os.Executable()
@@ -180,6 +192,10 @@ func run(cmd *cobra.Command, o options) error {
 	utilruntime.Must(v1.AddToScheme(scheme))
 
 	clk := clock.RealClock{}
+	auth, err := apiAuth(o, restConfig, clk, log)
+	if err != nil {
+		return err
+	}
 	host := workerhost.New(workerhost.Config{Binary: o.workerBinary, Backend: o.backend, SigningIdentifier: o.signingID, BinaryDigest: digest, StateDir: o.stateDir, SimScale: o.simScale,
 		Log: log.WithName("worker"), Clock: clk})
 	a := agent.New(agent.Config{
@@ -188,6 +204,7 @@ func run(cmd *cobra.Command, o options) error {
 		ArtifactRoot: o.artifactRoot, ChipFamily: family, ConverterVersion: converter,
 		Budget: o.budget, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval, Address: o.advertise, Listen: o.listen, Host: host, LockPath: o.lockPath, Clock: clk, Log: log,
 		CertifyObservation: o.certifyObservation,
+		Auth: auth, AdminSocket: o.adminSocket,
 	})
 	ctx, cancel := context.WithCancel(ctrl.SetupSignalHandler())
 	defer cancel()
@@ -195,6 +212,27 @@ func run(cmd *cobra.Command, o options) error {
 	err = a.Run(ctx, restConfig, scheme)
 	cancel() // the renewer stops with the agent
 	return errors.Join(err, <-renewing)
+}
+
+// apiAuth is how the HTTP API lets calls in: by the API server's word (TokenReview and
+// SubjectAccessReview, asked as the node's own identity), or, only when asked for, anyone.
+func apiAuth(o options, restConfig *rest.Config, clk clock.PassiveClock, log logr.Logger) (httpapi.Auth, error) {
+	switch o.auth {
+	case "kubernetes":
+		if o.authAudience == "" {
+			return nil, errors.New("--auth-audience must not be empty: a token for the API server's own audience is one an agent could replay as its caller")
+		}
+		cs, err := kubernetes.NewForConfig(restConfig)
+		if err != nil {
+			return nil, err
+		}
+		return apiauth.New(apiauth.Config{TokenReviews: cs.AuthenticationV1(), SubjectAccessReviews: cs.AuthorizationV1(),
+			Audience: o.authAudience, Clock: clk, Log: log.WithName("auth")}), nil
+	case "none":
+		log.Info("the HTTP API lets every caller in as anonymous (--auth=none): use this for a development fleet only")
+		return apiauth.Anonymous{}, nil
+	}
+	return nil, fmt.Errorf("--auth must be kubernetes or none, got %q", o.auth)
 }
 
 // platformOf is the machine the node reports. The ane backend reads the real macOS build; the

@@ -119,6 +119,9 @@ func (s *Server) candidates(c *call, model, task string) ([]Lane, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	if lanes, err = s.authorizeLanes(c, model, lanes, byName); err != nil {
+		return nil, false, err
+	}
 	if byName {
 		c.lane = lanes[0].Namespace + "/" + lanes[0].Name
 		if lanes[0].Task != task {

@@ -15,7 +15,9 @@ limitations under the License.
 */
 
 // Package httpapi is the agent's HTTP API: OpenAI-compatible embeddings, rerank in the shape
-// Cohere, Jina and TEI clients use, health, readiness, Prometheus metrics and the admin calls.
+// Cohere, Jina and TEI clients use, health, readiness and Prometheus metrics; the
+// admin calls are a handler of their own (NewAdmin), which the agent serves only on a local
+// socket.
 // It decodes and checks a request, tokenises it, runs it on the lane through serving, and says
 // in every answer where it ran. Every refusal is typed: a machine-readable code, the right
 // status, and for a compiling shape the time to retry.
@@ -77,19 +79,12 @@ type Runner interface {
 	Run(ctx context.Context, lane, task string, sequences [][]uint32, deadline time.Time) (*serving.Result, error)
 }
 
-// Admin carries out the admin calls.
-type Admin interface {
-	Pause(ctx context.Context) error
-	Resume(ctx context.Context) error
-}
-
 // Config configures the API.
 type Config struct {
 	// Node is this node's name, reported with every answer.
 	Node    string
 	Catalog Catalog
 	Runner  Runner
-	Admin   Admin
 	Clock   clock.PassiveClock
 	// Log receives what answers leave out: the whole error of a call that failed on the node.
 	Log logr.Logger
@@ -98,6 +93,8 @@ type Config struct {
 	// Registry holds the API's metrics and is served on /metrics with everything else
 	// registered in it.
 	Registry *prometheus.Registry
+	// Auth lets calls in (nil: none is, but the probes).
+	Auth Auth
 }
 
 // Server is the HTTP API.
@@ -118,8 +115,6 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registry), mux: http.NewServeMux()}
 	s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
 	s.mux.HandleFunc("POST /v1/rerank", s.rerank)
-	s.mux.HandleFunc("POST /admin/pause", s.admin(func(ctx context.Context) error { return cfg.Admin.Pause(ctx) }))
-	s.mux.HandleFunc("POST /admin/resume", s.admin(func(ctx context.Context) error { return cfg.Admin.Resume(ctx) }))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
@@ -128,6 +123,9 @@ func New(cfg Config) *Server {
 
 // ServeHTTP implements http.Handler: unknown paths and methods get a typed JSON error too.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.admit(w, &r) {
+		return
+	}
 	h, pattern := s.mux.Handler(r)
 	if pattern == "" {
 		code, status := "not_found", http.StatusNotFound
@@ -156,19 +154,4 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	_, _ = w.Write([]byte("ok\n"))
-}
-
-func (s *Server) admin(call func(context.Context) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Admin == nil {
-			writeError(w, &apiError{status: http.StatusNotImplemented, code: "not_implemented", message: "this agent has no admin calls"})
-			return
-		}
-		if err := call(r.Context()); err != nil {
-			s.cfg.Log.Error(err, "admin call failed", "path", r.URL.Path)
-			writeError(w, &apiError{status: http.StatusInternalServerError, code: "admin_failed", message: scrub(err.Error())})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	}
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/serving"
 	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
@@ -131,17 +132,13 @@ func (f *fakeRunner) Run(_ context.Context, lane, task string, seqs [][]uint32, 
 	return res, nil
 }
 
-type fakeAdmin struct{ paused bool }
-
-func (a *fakeAdmin) Pause(context.Context) error  { a.paused = true; return nil }
-func (a *fakeAdmin) Resume(context.Context) error { a.paused = false; return nil }
-
 var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 func newTestServer(t *testing.T) (*httptest.Server, *Server, *fakeRunner) {
 	t.Helper()
 	runner := &fakeRunner{}
-	s := New(Config{Node: "mac-1", Catalog: fakeCatalog{}, Runner: runner, Admin: &fakeAdmin{}, Clock: clocktesting.NewFakePassiveClock(epoch)})
+	s := New(Config{Node: "mac-1", Catalog: fakeCatalog{}, Runner: runner, Clock: clocktesting.NewFakePassiveClock(epoch),
+		Auth: apiauth.Anonymous{}})
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)
 	return ts, s, runner
@@ -448,17 +445,6 @@ func TestMetricsCountCallsByLaneAndCode(t *testing.T) {
 	_, _ = buf.ReadFrom(resp.Body)
 	if !strings.Contains(buf.String(), `synapse_agent_request_duration_seconds_count{bucket="128",endpoint="embeddings",lane="team/embed"} 1`) {
 		t.Fatalf("/metrics lacks the latency histogram:\n%s", buf.String())
-	}
-}
-
-func TestAdminPauseAndResume(t *testing.T) {
-	ts, s, _ := newTestServer(t)
-	admin := s.cfg.Admin.(*fakeAdmin)
-	if resp, _ := post(t, ts.URL+"/admin/pause", `{}`); resp.StatusCode != 200 || !admin.paused {
-		t.Fatalf("pause: %d, paused %v", resp.StatusCode, admin.paused)
-	}
-	if resp, _ := post(t, ts.URL+"/admin/resume", `{}`); resp.StatusCode != 200 || admin.paused {
-		t.Fatalf("resume: %d, paused %v", resp.StatusCode, admin.paused)
 	}
 }
 

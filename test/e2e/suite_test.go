@@ -71,6 +71,9 @@ var (
 	matching = []string{"mac-a", "mac-b", "mac-d"}
 	other    = "mac-c"
 	macs     = map[string]localfleet.Mac{}
+	// token is the suite's own caller's: a ServiceAccount of namespace default that may call
+	// that namespace's lanes and read the Macs' metrics, as RBAC grants them.
+	token string
 )
 
 var _ = BeforeSuite(func() {
@@ -94,6 +97,8 @@ var _ = BeforeSuite(func() {
 	})
 	Expect(err).NotTo(HaveOccurred(), out.String())
 	kube = fleet.Client
+	token, err = fleet.Caller(ctx, "default", "e2e-client", true, true)
+	Expect(err).NotTo(HaveOccurred())
 	for _, name := range []string{identity, coldIdentity} {
 		createIdentity(name, "1")
 	}
@@ -217,7 +222,11 @@ func call(node, path string, body any) (int, http.Header, map[string]any) {
 	GinkgoHelper()
 	data, err := json.Marshal(body)
 	Expect(err).NotTo(HaveOccurred())
-	resp, err := http.Post(fleet.URL(node)+path, "application/json", bytes.NewReader(data))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fleet.URL(node)+path, bytes.NewReader(data))
+	Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
 	Expect(err).NotTo(HaveOccurred())
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
@@ -245,8 +254,12 @@ func metric(node, name string, labels map[string]string) float64 {
 // sample reads one sample of a Mac's /metrics; ok is false if it has none.
 func sample(node, name string, labels map[string]string) (float64, bool) {
 	GinkgoHelper()
-	resp, err := http.Get(fleet.URL(node) + "/metrics")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fleet.URL(node)+"/metrics", nil)
 	Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(resp.StatusCode).To(Equal(http.StatusOK))
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)

@@ -24,6 +24,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -133,6 +134,16 @@ var rows = []row{
 		if err == nil && review.Status.UserInfo.Username != "system:serviceaccount:synapse-nodes:synapse-node-"+w.self {
 			return fmt.Errorf("the API server says it is %q", review.Status.UserInfo.Username)
 		}
+		return err
+	}},
+	{name: "reviews a caller's token and access, as its API authenticates and authorizes every call", act: func(w *world) error {
+		if _, err := w.cs.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+			Spec: authenticationv1.TokenReviewSpec{Token: "not-a-token", Audiences: []string{"fleet.synapse.dev"}}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		_, err := w.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "someone", ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "default", Verb: "create",
+				Group: v1.GroupVersion.Group, Resource: "cataloglanes", Subresource: "embeddings", Name: "lane"}}}, metav1.CreateOptions{})
 		return err
 	}},
 	{name: "reads its placements, its MacNode and the identities", act: func(w *world) error {

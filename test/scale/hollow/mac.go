@@ -32,11 +32,13 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/node-agent/agent"
+	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/simane"
 )
@@ -102,12 +104,18 @@ func Start(cfg Config, spec Spec) (*Mac, error) {
 		Machine: simane.New(simane.Config{Clock: clock.RealClock{}, Scale: cfg.SimScale})}
 	rc = rest.CopyConfig(rc)
 	rc.Dial = m.plug.dial
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	// As a real Mac's: the API's callers are reviewed by the API server as this node.
+	auth := apiauth.New(apiauth.Config{TokenReviews: cs.AuthenticationV1(), SubjectAccessReviews: cs.AuthorizationV1(), Clock: clock.RealClock{}})
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	go func() {
 		defer close(m.done)
 		for {
-			err := m.newAgent(cfg).Run(ctx, rc, cfg.Scheme)
+			err := m.newAgent(cfg, auth).Run(ctx, rc, cfg.Scheme)
 			if ctx.Err() != nil {
 				return
 			}
@@ -133,10 +141,11 @@ func (m *Mac) Restarts() (int, error) {
 }
 
 // newAgent is one run of the Mac's agent process.
-func (m *Mac) newAgent(cfg Config) *agent.Agent {
+func (m *Mac) newAgent(cfg Config, auth *apiauth.Delegating) *agent.Agent {
 	spec := m.Spec
 	return agent.New(agent.Config{
 		NodeName: spec.Name, Labels: spec.Labels,
+		Auth:     auth,
 		Platform: v1.Platform{Chip: "Apple M4 (hollow)", MacOSBuild: spec.MacOSBuild, HardwareModel: "hollow"},
 		Worker:   v1.NodeWorker{SigningIdentifier: SigningID, BinaryDigest: cfg.BinaryDigest, ProtocolVersion: 3, Backend: v1.BackendSim},
 		Budget:   spec.Budget, Address: "127.0.0.1", Listen: []string{"127.0.0.1:0"},

@@ -1,0 +1,145 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
+)
+
+// Auth authenticates every call but the probes and authorizes what it asks: each lane it may
+// run on (verb create on cataloglanes/embeddings or cataloglanes/rerank of that lane) and
+// /metrics (get, a path that is no resource). apiauth.Delegating asks the API server;
+// apiauth.Anonymous lets everyone in and is only ever chosen explicitly (--auth=none).
+type Auth interface {
+	AuthenticateRequest(r *http.Request) (u user.Info, ok bool, why string, err error)
+	Authorize(ctx context.Context, u user.Info, a apiauth.Access) (allowed bool, reason string, err error)
+}
+
+// Codes of the answers to calls that are not let in.
+const (
+	// CodeUnauthorized (401): no bearer token, or one the API server does not accept for the
+	// fleet's audience.
+	CodeUnauthorized = "unauthorized"
+	// CodeForbidden (403): the caller may not call the lane (or read the metrics).
+	CodeForbidden = "forbidden"
+	// CodeAuthUnavailable (503): the API server could not be asked; retry.
+	CodeAuthUnavailable = "auth_unavailable"
+)
+
+// public are the paths every caller may get, as the API server lets anyone read its health
+// (system:public-info-viewer): a probe has no token.
+var public = map[string]bool{"/healthz": true, "/readyz": true}
+
+type callerKey struct{}
+
+// admit authenticates r, and authorizes it when it asks for /metrics; a call to a lane is
+// authorized once its lanes are known (authorizeLanes). It answers and returns false for a
+// call it does not let in.
+func (s *Server) admit(w http.ResponseWriter, r **http.Request) bool {
+	req := *r
+	if public[req.URL.Path] {
+		return true
+	}
+	if s.cfg.Auth == nil {
+		writeError(w, &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: "this agent has no authentication configured and lets no call in"})
+		return false
+	}
+	u, ok, why, err := s.cfg.Auth.AuthenticateRequest(req)
+	switch {
+	case err != nil:
+		s.cfg.Log.Error(err, "authenticating a call", "path", req.URL.Path)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: CodeAuthUnavailable, message: "the caller's token could not be reviewed now; retry"})
+		return false
+	case !ok:
+		s.cfg.Log.V(1).Info("refused an unauthenticated call", "path", req.URL.Path, "reason", why)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="synapse-fleet"`)
+		writeError(w, &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: s.tokenHint()})
+		return false
+	}
+	*r = req.WithContext(context.WithValue(req.Context(), callerKey{}, u))
+	if req.URL.Path == "/metrics" {
+		if err := s.authorize(req.Context(), u, apiauth.Access{Path: "/metrics"}, "get "+req.URL.Path); err != nil {
+			writeError(w, fromError(err))
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) tokenHint() string {
+	msg := "a bearer token is required (Authorization: Bearer <token>) that the cluster's API server accepts"
+	if a, ok := s.cfg.Auth.(interface{ Audience() string }); ok {
+		msg += " for the audience " + a.Audience()
+	}
+	return msg
+}
+
+// authorize answers nil if u may do a, else the call's refusal; what says what was asked.
+func (s *Server) authorize(ctx context.Context, u user.Info, a apiauth.Access, what string) error {
+	allowed, reason, err := s.cfg.Auth.Authorize(ctx, u, a)
+	switch {
+	case err != nil:
+		s.cfg.Log.Error(err, "authorizing a call", "user", u.GetName(), "access", what)
+		return &apiError{status: http.StatusServiceUnavailable, code: CodeAuthUnavailable, message: "the caller's access could not be reviewed now; retry"}
+	case !allowed:
+		msg := fmt.Sprintf("%s may not %s", u.GetName(), what)
+		if reason != "" {
+			msg += ": " + reason
+		}
+		return &apiError{status: http.StatusForbidden, code: CodeForbidden, message: msg}
+	}
+	return nil
+}
+
+// authorizeLanes keeps the lanes the caller may call on c's endpoint. A lane the request named
+// that the caller may not call refuses the call; so does a model none of whose lanes it may
+// call. Lanes the caller may not call are never routed to.
+func (s *Server) authorizeLanes(c *call, model string, lanes []Lane, byName bool) ([]Lane, error) {
+	u, _ := c.r.Context().Value(callerKey{}).(user.Info)
+	if u == nil {
+		return nil, &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: "the call was not authenticated"}
+	}
+	allowed := lanes[:0:0]
+	var refused error
+	for _, l := range lanes {
+		what := fmt.Sprintf("create cataloglanes/%s of lane %s/%s", c.endpoint, l.Namespace, l.Name)
+		err := s.authorize(c.r.Context(), u, apiauth.Access{Namespace: l.Namespace, Lane: l.Name, Subresource: c.endpoint}, what)
+		if ae, ok := err.(*apiError); ok && ae.status != http.StatusForbidden {
+			return nil, err // no decision: say so rather than route around it
+		}
+		if err != nil {
+			refused = err
+			continue
+		}
+		allowed = append(allowed, l)
+	}
+	switch {
+	case len(allowed) > 0:
+		return allowed, nil
+	case byName || len(lanes) == 1:
+		return nil, refused
+	}
+	return nil, &apiError{status: http.StatusForbidden, code: CodeForbidden, message: fmt.Sprintf(
+		"%s may not create cataloglanes/%s of any lane of model %s on this node", u.GetName(), c.endpoint, model)}
+}
