@@ -87,6 +87,11 @@ func (d *Delegating) authenticate(ctx context.Context, token string) (tokenVerdi
 	}
 	// The review is made for every waiter, so it must not end with the first one's request.
 	res, err := wait(ctx, &d.tokens.flight, string(sum[:]), func() (any, error) {
+		release, err := d.acquire()
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ReviewTimeout)
 		defer cancel()
 		v, err := d.review(ctx, token)

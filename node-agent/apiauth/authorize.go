@@ -65,6 +65,11 @@ func (d *Delegating) Authorize(ctx context.Context, u user.Info, a Access) (allo
 		return v.allowed, v.reason, nil
 	}
 	res, err := wait(ctx, &d.access.flight, key, func() (any, error) {
+		release, err := d.acquire()
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ReviewTimeout)
 		defer cancel()
 		sar, err := d.cfg.SubjectAccessReviews.SubjectAccessReviews().Create(ctx, subjectAccessReview(u, a), metav1.CreateOptions{})

@@ -24,6 +24,7 @@ limitations under the License.
 package apiauth
 
 import (
+	"errors"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -54,7 +55,13 @@ const (
 	DefaultCacheSize = 4096
 	// DefaultReviewTimeout bounds one review, retries none: a caller gets 503 and retries.
 	DefaultReviewTimeout = 10 * time.Second
+	// DefaultMaxReviews bounds the reviews in flight to the API server at once: a flood of
+	// distinct tokens gets ErrBusy beyond it rather than a review each.
+	DefaultMaxReviews = 32
 )
+
+// ErrBusy: as many reviews as allowed are in flight; the caller answers 503 and retries.
+var ErrBusy = errors.New("too many reviews in flight")
 
 // Config configures a Delegating.
 type Config struct {
@@ -69,6 +76,8 @@ type Config struct {
 	AuthenticatedTTL, UnauthenticatedTTL, AllowedTTL, DeniedTTL time.Duration
 	CacheSize                                                   int
 	ReviewTimeout                                               time.Duration
+	// MaxReviews bounds the reviews in flight (DefaultMaxReviews if zero).
+	MaxReviews int
 	Clock                                                       clock.PassiveClock
 	Log                                                         logr.Logger
 }
@@ -79,6 +88,8 @@ type Delegating struct {
 	tokens  *tokenCache
 	access  *accessCache
 	metrics *metrics
+	// slots holds one token per review in flight.
+	slots chan struct{}
 }
 
 // New returns a Delegating for cfg.
@@ -94,10 +105,13 @@ func New(cfg Config) *Delegating {
 	if cfg.CacheSize <= 0 {
 		cfg.CacheSize = DefaultCacheSize
 	}
+	if cfg.MaxReviews <= 0 {
+		cfg.MaxReviews = DefaultMaxReviews
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	d := &Delegating{cfg: cfg, metrics: newMetrics()}
+	d := &Delegating{cfg: cfg, metrics: newMetrics(), slots: make(chan struct{}, cfg.MaxReviews)}
 	d.tokens = newTokenCache(cfg.CacheSize, cfg.Clock)
 	d.access = newAccessCache(cfg.CacheSize, cfg.Clock)
 	return d
@@ -106,6 +120,17 @@ func New(cfg Config) *Delegating {
 func setDefault(d *time.Duration, v time.Duration) {
 	if *d <= 0 {
 		*d = v
+	}
+}
+
+// acquire takes a review slot, or answers ErrBusy at once when none is free.
+func (d *Delegating) acquire() (release func(), err error) {
+	select {
+	case d.slots <- struct{}{}:
+		return func() { <-d.slots }, nil
+	default:
+		d.metrics.reviews.WithLabelValues("none", "busy").Inc()
+		return nil, ErrBusy
 	}
 }
 

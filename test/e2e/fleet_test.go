@@ -342,15 +342,29 @@ var _ = Describe("The fleet", func() {
 		for _, p := range placements(l) {
 			before[p.Name] = p.UID
 		}
+		// A caller the Mac has let in just now (its token's review is kept 2 minutes, its
+		// access 5), and one it has not seen.
+		known, err := fleet.Caller(ctx, "default", "e2e-client", true, true)
+		Expect(err).NotTo(HaveOccurred())
+		status, _, body := callAs(known, nodes[0], "/v1/embeddings", map[string]any{"model": key(l), "input": "before the API server goes"})
+		Expect(status).To(Equal(200), "%v", body)
+		unseen, err := fleet.Caller(ctx, "default", "e2e-client", true, true)
+		Expect(err).NotTo(HaveOccurred())
 		Expect(fleet.RestartAPIServer(func() {
-			// While it is away the agents keep serving, and a worker crash is handled locally.
-			status, _, body := call(nodes[0], "/v1/embeddings", map[string]any{"model": key(l), "input": "while the API server is away"})
+			// While it is away the agents keep serving the callers whose decisions they hold,
+			// and a worker crash is handled locally; a caller the Mac cannot review now is
+			// told to retry, neither let in nor refused.
+			status, h, body := callAs(unseen, nodes[0], "/v1/embeddings", map[string]any{"model": key(l), "input": "x"})
+			Expect(status).To(Equal(503), "%v", body)
+			Expect(errorCode(body)).To(Equal("auth_unavailable"))
+			Expect(h.Get("Retry-After")).NotTo(BeEmpty())
+			status, _, body = callAs(known, nodes[0], "/v1/embeddings", map[string]any{"model": key(l), "input": "while the API server is away"})
 			Expect(status).To(Equal(200), "%v", body)
 			pids := laneWorkers(nodes[0], key(l))
 			Expect(pids).To(HaveLen(1))
 			Expect(syscall.Kill(pids[0], syscall.SIGKILL)).To(Succeed())
 			Eventually(func(g Gomega) {
-				status, _, body := call(nodes[0], "/v1/embeddings", map[string]any{"model": key(l), "input": "after the crash"})
+				status, _, body := callAs(known, nodes[0], "/v1/embeddings", map[string]any{"model": key(l), "input": "after the crash"})
 				g.Expect(status).To(Equal(200), "%v", body)
 			}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 		})).To(Succeed())

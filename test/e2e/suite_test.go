@@ -217,8 +217,14 @@ func readyOn(l *v1.CatalogLane) []string {
 	return nodes
 }
 
-// call posts a JSON body to a Mac's API and decodes the answer.
+// call posts a JSON body to a Mac's API, as the suite's caller, and decodes the answer.
 func call(node, path string, body any) (int, http.Header, map[string]any) {
+	GinkgoHelper()
+	return callAs(token, node, path, body)
+}
+
+// callAs is call with another caller's token.
+func callAs(token, node, path string, body any) (int, http.Header, map[string]any) {
 	GinkgoHelper()
 	data, err := json.Marshal(body)
 	Expect(err).NotTo(HaveOccurred())
