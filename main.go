@@ -130,6 +130,7 @@ func main() {
 		os.Exit(1)
 	}
 
+	opts.Namespace, opts.Reader = ownNamespace(leaderElectionNS), mgr.GetAPIReader()
 	ctx := ctrl.SetupSignalHandler()
 	for _, c := range controllers.NewControllers(clock.RealClock{}, mgr.GetClient(), mgr.GetEventRecorder("synapse-controller"), opts) {
 		if err := c.Register(ctx, mgr); err != nil {
@@ -143,4 +144,17 @@ func main() {
 		log.Error(err, "the manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// ownNamespace is the controller's namespace, where its leader-election Lease and the fleet
+// CA's Secret are: the leader-election namespace when one is given, else the pod's, else
+// synapse-system (config/default's).
+func ownNamespace(leaderElectionNS string) string {
+	if leaderElectionNS != "" {
+		return leaderElectionNS
+	}
+	if ns, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(ns) > 0 {
+		return strings.TrimSpace(string(ns))
+	}
+	return "synapse-system"
 }

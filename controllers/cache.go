@@ -17,25 +17,30 @@ limitations under the License.
 package controllers
 
 import (
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ck-synapse/synapse-fleet/controllers/agentcert"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
 )
 
 // CacheOptions scopes the manager's cache to what the controllers read: the node Leases of
 // synapse-node-lease only (the controller's RBAC reads Leases nowhere else), the Services and
-// EndpointSlices the endpoints controller created (by their managed-by labels: another
+// EndpointSlices the endpoints controller created, the certificate requests of the fleet's signer (by their managed-by labels: another
 // Service of a lane's name is never read, so never taken over), and Nodes stripped to the pod
 // CIDRs and addresses the address policy refuses.
 func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&coordinationv1.Lease{}:      {Namespaces: map[string]cache.Config{lifecycle.LeaseNamespace: {}}},
+		&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{lifecycle.LeaseNamespace: {}}},
+		// Only the requests of the fleet's own signer.
+		&certificatesv1.CertificateSigningRequest{}: {Field: fields.OneTermEqualSelector("spec.signerName", agentcert.SignerName)},
 		&corev1.Service{}:            {Label: labels.SelectorFromSet(labels.Set{endpoints.ServiceManagedByLabel: endpoints.ManagedBy})},
 		&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: endpoints.ManagedBy})},
 		&corev1.Node{}: {Transform: func(o any) (any, error) {

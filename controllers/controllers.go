@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ck-synapse/synapse-fleet/controllers/agentcert"
 	"github.com/ck-synapse/synapse-fleet/controllers/identity"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
@@ -48,11 +49,15 @@ type Options struct {
 	NodeEvictionRate, UnhealthyThreshold float64
 	// Addresses says which node addresses the lanes' EndpointSlices may list.
 	Addresses endpoints.AddressPolicy
+	// Namespace is the controller's own, where the fleet CA's Secret is kept; Reader reads it
+	// past the cache. Without a Namespace no agent serving certificate is issued.
+	Namespace string
+	Reader    client.Reader
 }
 
 // NewControllers lists every controller, with every dependency given here.
 func NewControllers(clk clock.Clock, kube client.Client, recorder events.EventRecorder, opts Options) []Controller {
-	return []Controller{
+	cs := []Controller{
 		placement.NewController(clk, kube, recorder),
 		endpoints.NewController(clk, kube, opts.Addresses),
 		endpoints.NewAddressController(clk, kube, opts.Addresses),
@@ -61,4 +66,8 @@ func NewControllers(clk clock.Clock, kube client.Client, recorder events.EventRe
 		lifecycle.NewController(clk, kube, recorder).WithTimeouts(opts.NodeGracePeriod, opts.NodeEvictionTimeout).
 			WithEvictionRate(opts.NodeEvictionRate).WithUnhealthyThreshold(opts.UnhealthyThreshold),
 	}
+	if opts.Namespace != "" {
+		cs = append(cs, agentcert.NewController(clk, kube, opts.Reader, opts.Namespace))
+	}
+	return cs
 }

@@ -18,17 +18,28 @@ package controllers_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,8 +48,10 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers"
+	"github.com/ck-synapse/synapse-fleet/controllers/agentcert"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
+	"github.com/ck-synapse/synapse-fleet/node-agent/nodeidentity"
 	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
 
@@ -77,7 +90,8 @@ var _ = BeforeSuite(func() {
 		LeaderElectionNamespace: "synapse-system",
 	})
 	Expect(err).NotTo(HaveOccurred())
-	opts := controllers.Options{Addresses: endpoints.AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}}
+	opts := controllers.Options{Addresses: endpoints.AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}},
+		Namespace: "synapse-system", Reader: mgr.GetAPIReader()}
 	for _, c := range controllers.NewControllers(clock.RealClock{}, mgr.GetClient(), mgr.GetEventRecorder("synapse-controller"), opts) {
 		Expect(c.Register(ctx, mgr)).To(Succeed())
 	}
@@ -157,5 +171,47 @@ var _ = Describe("The manager", func() {
 			g.Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), got)).To(Succeed())
 			g.Expect(got.Status.ReadyReplicas).To(BeEquivalentTo(2))
 		}).WithTimeout(30 * time.Second).Should(Succeed())
+	})
+})
+
+var _ = Describe("Agent serving certificates", func() {
+	It("should publish the fleet CA and sign a joined Mac's request for its own name, under the shipped RBAC and policies", func() {
+		fakeAgent("mac-tls", v1.Sha256Digest("sha256:"+strings.Repeat("c", 64)), "192.0.2.77")
+		admin, err := kubernetes.NewForConfig(te.Config)
+		Expect(err).NotTo(HaveOccurred())
+		joined, err := nodeidentity.Join(ctx, admin, nodeidentity.JoinOptions{Node: "mac-tls", Server: te.Config.Host, CAData: te.Config.CAData,
+			Lifetime: time.Hour, Dir: GinkgoT().TempDir()})
+		Expect(err).NotTo(HaveOccurred())
+		cfg, err := clientcmd.BuildConfigFromFlags("", joined.Kubeconfig)
+		Expect(err).NotTo(HaveOccurred())
+		asMac, err := kubernetes.NewForConfig(cfg)
+		Expect(err).NotTo(HaveOccurred())
+
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		Expect(err).NotTo(HaveOccurred())
+		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "mac-tls"},
+			DNSNames: []string{"mac-tls"}, IPAddresses: []net.IP{net.ParseIP("192.0.2.77")}}, key)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = asMac.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "mac-tls-serving"},
+			Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: agentcert.SignerName, Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+				Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+
+		var issued []byte
+		Eventually(func(g Gomega) {
+			csr, err := asMac.CertificatesV1().CertificateSigningRequests().Get(ctx, "mac-tls-serving", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(csr.Status.Certificate).NotTo(BeEmpty(), "conditions %+v", csr.Status.Conditions)
+			issued = csr.Status.Certificate
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		ctb := &certificatesv1.ClusterTrustBundle{}
+		Expect(kube.Get(ctx, client.ObjectKey{Name: agentcert.TrustBundle}, ctb)).To(Succeed())
+		pool := x509.NewCertPool()
+		Expect(pool.AppendCertsFromPEM([]byte(ctb.Spec.TrustBundle))).To(BeTrue())
+		block, _ := pem.Decode(issued)
+		cert, err := x509.ParseCertificate(block.Bytes)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = cert.Verify(x509.VerifyOptions{DNSName: "192.0.2.77", Roots: pool})
+		Expect(err).NotTo(HaveOccurred())
 	})
 })

@@ -58,6 +58,11 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
 )
 
+// The agent asks the fleet's signer for its serving certificate through the CSR API (the
+// node-restriction policies allow it only that signer; the controller approves only the node's
+// own name and addresses).
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=create;get;list;watch
+
 // LeaseNamespace holds the node Leases (the controller's macnode lifecycle watches them).
 const LeaseNamespace = "synapse-node-lease"
 

@@ -58,7 +58,7 @@ func waitForPolicies() {
 	GinkgoHelper()
 	var list admissionregistrationv1.ValidatingAdmissionPolicyList
 	Expect(admin.List(ctx, &list)).To(Succeed())
-	Expect(list.Items).To(HaveLen(6))
+	Expect(list.Items).To(HaveLen(7))
 	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
 	Expect(err).NotTo(HaveOccurred())
 	checker := &validating.TypeChecker{SchemaResolver: &resolver.ClientDiscoveryResolver{Discovery: dc},

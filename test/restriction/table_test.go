@@ -17,6 +17,12 @@ limitations under the License.
 package restriction
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"strings"
 	"time"
@@ -25,6 +31,7 @@ import (
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -68,6 +75,18 @@ func updateNodeStatus(w *world, name string) error {
 func lease(name, namespace, holder string) *coordinationv1.Lease {
 	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), RenewTime: ptr.To(metav1.NowMicro())}}
+}
+
+// requestCertificate creates a serving certificate request for the node's name from signer, named csr-<node>.
+func requestCertificate(w *world, signer string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	Expect(err).NotTo(HaveOccurred())
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: w.self}, DNSNames: []string{w.self}}, key)
+	Expect(err).NotTo(HaveOccurred())
+	_, err = w.cs.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-" + w.self},
+		Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: signer, Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}}}, metav1.CreateOptions{})
+	return err
 }
 
 func requestToken(w *world, node string, lifetime time.Duration) error {
@@ -146,6 +165,22 @@ var rows = []row{
 				Group: v1.GroupVersion.Group, Resource: "cataloglanes", Subresource: "embeddings", Name: "lane"}}}, metav1.CreateOptions{})
 		return err
 	}},
+	{name: "requests a serving certificate from the fleet's signer", act: func(w *world) error { return requestCertificate(w, "fleet.synapse.dev/agent-serving") }},
+	{name: "requests a certificate from the kubelet-serving signer", rule: "csr-signer", act: func(w *world) error {
+		return requestCertificate(w, certificatesv1.KubeletServingSignerName)
+	}},
+	{name: "approves its own certificate request", rule: "csr-create-only", act: func(w *world) error {
+		if err := requestCertificate(w, "fleet.synapse.dev/agent-serving"); err != nil {
+			return err
+		}
+		csr, err := w.cs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-"+w.self, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.CertificateApproved, Status: "True", Reason: "Self"})
+		_, err = w.cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
+		return err
+	}, rbac: true},
 	{name: "reads its placements, its MacNode and the identities", act: func(w *world) error {
 		var ps v1.LanePlacementList
 		if err := w.as.List(ctx, &ps, client.MatchingLabels{v1.LabelNode: w.self}); err != nil {
