@@ -78,8 +78,8 @@ type Config struct {
 	ReviewTimeout                                               time.Duration
 	// MaxReviews bounds the reviews in flight (DefaultMaxReviews if zero).
 	MaxReviews int
-	Clock                                                       clock.PassiveClock
-	Log                                                         logr.Logger
+	Clock      clock.PassiveClock
+	Log        logr.Logger
 }
 
 // Delegating authenticates and authorizes by delegating to the API server, with caches.

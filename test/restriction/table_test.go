@@ -416,4 +416,4 @@ var _ = Describe("Node restriction", func() {
 // allRules are the rules of config/policies, each of which a row exercises.
 var allRules = []string{"node-identity", "macnode-own", "macnode-no-delete", "macnode-status-only", "fleet-labels", "macnode-no-finalizers",
 	"placement-update-only", "placement-own", "placement-spec", "placement-finalizers", "placement-owner",
-	"lease-own", "lease-no-delete", "lease-holder", "token-own", "token-audience", "token-lifetime", "nothing-else"}
+	"lease-own", "lease-no-delete", "lease-holder", "token-own", "token-audience", "token-lifetime", "csr-create-only", "csr-signer", "nothing-else"}
