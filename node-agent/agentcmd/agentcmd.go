@@ -204,7 +204,7 @@ func run(cmd *cobra.Command, o options) error {
 		ArtifactRoot: o.artifactRoot, ChipFamily: family, ConverterVersion: converter,
 		Budget: o.budget, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval, Address: o.advertise, Listen: o.listen, Host: host, LockPath: o.lockPath, Clock: clk, Log: log,
 		CertifyObservation: o.certifyObservation,
-		Auth: auth, AdminSocket: o.adminSocket,
+		Auth:               auth, AdminSocket: o.adminSocket,
 	})
 	ctx, cancel := context.WithCancel(ctrl.SetupSignalHandler())
 	defer cancel()

@@ -33,6 +33,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
 	"github.com/ck-synapse/synapse-fleet/node-agent/internal/workertest"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/serving"
@@ -94,7 +95,7 @@ func realLanes(tb testing.TB, tasks ...string) (*Server, *supervisor.Supervisor,
 		cat = append(cat, Lane{Namespace: "default", Name: name, Key: key, Model: name, Task: task, Device: "sim", Rungs: rungs, Ceiling: 128,
 			Dimensions: fuzzDims, VectorSpace: name, Tokenizer: tokenizer.Sim{}, Deadline: 30 * time.Second, MaxBatchTokens: 1024})
 	}
-	return New(Config{Node: "mac-fuzz", Catalog: cat, Runner: srv, Clock: clk}), sup, keys
+	return New(Config{Node: "mac-fuzz", Catalog: cat, Runner: srv, Clock: clk, Auth: apiauth.Anonymous{}}), sup, keys
 }
 
 // The statuses a call may be answered with: none is a 500, whatever the body.

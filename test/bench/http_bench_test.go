@@ -71,6 +71,11 @@ func startFleet(b *testing.B, lanes int) (*localfleet.Fleet, []string) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = f.Stop() })
+	// The Macs authenticate and authorize every call: the benchmark's caller may call the
+	// namespace's lanes, and its decisions are cached after the first call.
+	if token, err = f.Caller(ctx, "default", "bench-client", true, false); err != nil {
+		b.Fatal(err)
+	}
 	d := f.WorkerDigest
 	id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: v1.CertifiedIdentitySpec{
 		Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: d, ProtocolVersion: 3, Backend: v1.BackendSim},
@@ -140,6 +145,9 @@ func body(model string, inputs int) []byte {
 	return data
 }
 
+// token is the benchmark's caller's (startFleet).
+var token string
+
 // drive sends b.N requests from conc goroutines and reports requests/s, p50 and p99.
 func drive(b *testing.B, url string, payload []byte, conc int) (p50 time.Duration) {
 	b.Helper()
@@ -166,7 +174,14 @@ func drive(b *testing.B, url string, payload []byte, conc int) (p50 time.Duratio
 					return
 				}
 				t0 := time.Now()
-				resp, err := c.Post(url, "application/json", bytes.NewReader(payload))
+				req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(payload))
+				var resp *http.Response
+				if err == nil {
+					req.Header.Set("Content-Type", "application/json")
+					// Sent to the bare handler too, which ignores it, so both read the same bytes.
+					req.Header.Set("Authorization", "Bearer "+token)
+					resp, err = c.Do(req)
+				}
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
