@@ -214,7 +214,8 @@ var _ = Describe("Delegating", func() {
 				Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{apiauth.DefaultAudience}}}, metav1.CreateOptions{})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(tr.Status.Authenticated).To(BeFalse())
-		}).WithTimeout(10 * time.Second).Should(Succeed())
+			// The API server keeps its own token decisions 10 s.
+		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 
 		f.clock.Step(apiauth.DefaultAuthenticatedTTL - time.Second)
 		_, ok = f.authenticate(token)
