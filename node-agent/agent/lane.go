@@ -153,7 +153,14 @@ func modelSpec(key string, spec v1.LanePlacementSpec, id *v1.CertifiedIdentity, 
 // servingLane is serving's view of a placement.
 func servingLane(key string, spec v1.LanePlacementSpec, id *v1.CertifiedIdentity) serving.Lane {
 	ms := modelSpec(key, spec, id, "")
-	return serving.Lane{Name: key, Task: string(spec.Task), Rungs: ms.Rungs, Ceiling: int(spec.Ceiling), Dimensions: ms.Dimensions}
+	queued := -1 // the placement's bound of 0: none may wait
+	if spec.MaxQueuedRequests == nil {
+		queued = 0 // a placement written before the bound: serving's default
+	} else if *spec.MaxQueuedRequests > 0 {
+		queued = int(*spec.MaxQueuedRequests)
+	}
+	return serving.Lane{Name: key, Task: string(spec.Task), Rungs: ms.Rungs, Ceiling: int(spec.Ceiling), Dimensions: ms.Dimensions,
+		MaxInflight: int(spec.MaxConcurrentRequests), MaxQueued: queued}
 }
 
 // selfCheck admits the lane's smallest rung and runs one input through it, checking the

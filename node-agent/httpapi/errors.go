@@ -69,6 +69,8 @@ func statusOf(code refusal.Code) int {
 		return http.StatusBadRequest
 	case refusal.DeadlineExceeded:
 		return http.StatusGatewayTimeout
+	case refusal.Overloaded:
+		return http.StatusTooManyRequests
 	default:
 		// shape_compiling, engine_crashed, ane_resources_exhausted, lane_retired,
 		// worker_refused, node_paused, backend_unavailable, compute_unit_mismatch: the lane
@@ -117,7 +119,7 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	if e.param != "" {
 		d.Param = &e.param
 	}
-	if e.code == string(refusal.ShapeCompiling) {
+	if e.code == string(refusal.ShapeCompiling) || e.code == string(refusal.Overloaded) {
 		ms := e.retryAfter.Milliseconds()
 		d.RetryAfterMs = &ms
 		// Retry-After is whole seconds, rounded up so a client never comes back early.

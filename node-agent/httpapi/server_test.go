@@ -402,8 +402,14 @@ func TestRefusalsAreTypedWithTheRightStatus(t *testing.T) {
 		})
 	}
 
-	runner.err = compiling
+	runner.err = &refusal.Error{Code: refusal.Overloaded, Lane: "team/embed", RetryAfter: time.Second, Message: "64 running and 256 waiting"}
 	resp, body := post(t, ts.URL+"/v1/embeddings", `{"model": "embed", "input": "a"}`)
+	if e := body["error"].(map[string]any); resp.StatusCode != 429 || e["code"] != "overloaded" || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("overloaded: %d %v Retry-After %q", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+
+	runner.err = compiling
+	resp, body = post(t, ts.URL+"/v1/embeddings", `{"model": "embed", "input": "a"}`)
 	e := body["error"].(map[string]any)
 	if resp.StatusCode != 503 || e["code"] != "shape_compiling" || e["retry_after_ms"] != float64(2500) || resp.Header.Get("Retry-After") != "3" {
 		t.Fatalf("shape_compiling: %d %v Retry-After %q", resp.StatusCode, body, resp.Header.Get("Retry-After"))

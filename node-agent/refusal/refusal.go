@@ -56,6 +56,9 @@ const (
 	// ComputeUnitMismatch: the shape's runtime placement probe found it is not running on the
 	// device the lane names; it serves nothing until the lane is loaded again.
 	ComputeUnitMismatch Code = "compute_unit_mismatch"
+	// Overloaded: the lane's bounds on running and waiting calls are reached; retry after
+	// RetryAfter.
+	Overloaded Code = "overloaded"
 )
 
 // Error is a refusal.

@@ -34,6 +34,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/utils/clock"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 )
@@ -63,7 +64,28 @@ type Lane struct {
 	Dimensions int
 	// MaxInflight bounds the calls running at once (execution permits); 0 means 64.
 	MaxInflight int
+	// MaxQueued bounds the calls waiting for a permit; past it a call is refused overloaded at
+	// once. 0 means DefaultMaxQueued; negative, none may wait.
+	MaxQueued int
+	// MaxExchangeSequences bounds the sequences of one worker exchange; 0 means
+	// DefaultMaxExchangeSequences. A group larger than it, or whose request or reply would not
+	// fit in a frame, is split into several exchanges of its rung, each under its own lease.
+	MaxExchangeSequences int
 }
+
+// DefaultMaxQueued is a lane's bound on waiting calls when it sets none.
+const DefaultMaxQueued = 256
+
+// DefaultMaxExchangeSequences is a lane's bound on one exchange's sequences when it sets none.
+const DefaultMaxExchangeSequences = 64
+
+// exchangeBytes bounds the estimated size of one exchange's request and of its reply: half the
+// frame limit, so that the framing and the fields not counted below never take a valid call
+// past it (a frame over the limit is a protocol fault, which would restart a healthy worker).
+const exchangeBytes = protocol.DefaultMaxFrame / 2
+
+// OverloadRetryAfter is what an overloaded answer tells a client to wait.
+const OverloadRetryAfter = time.Second
 
 // Server runs calls on lanes.
 type Server struct {
@@ -79,6 +101,8 @@ type laneState struct {
 	// stopped: the lane is being unloaded; new calls are refused lane_retired.
 	stopped bool
 	permits chan struct{}
+	// waiting counts the calls waiting for a permit (under Server.mu).
+	waiting int
 	// guard counts the calls using the lane, so it is not unloaded under them.
 	guard sync.WaitGroup
 	// inflight counts tasks that still own something; for metrics and tests.
@@ -94,6 +118,12 @@ func New(acq Acquirer, clk clock.Clock) *Server {
 func (s *Server) AddLane(l Lane) {
 	if l.MaxInflight == 0 {
 		l.MaxInflight = 64
+	}
+	if l.MaxQueued == 0 {
+		l.MaxQueued = DefaultMaxQueued
+	}
+	if l.MaxExchangeSequences == 0 {
+		l.MaxExchangeSequences = DefaultMaxExchangeSequences
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -195,20 +225,9 @@ func (s *Server) Run(ctx context.Context, lane, task string, sequences [][]uint3
 		l.guard.Done()
 		return nil, refusal.New(refusal.DeadlineExceeded, lane, "the request's deadline passed before it could run")
 	}
-	var expired <-chan time.Time
-	if !deadline.IsZero() {
-		timer := s.clk.NewTimer(deadline.Sub(s.clk.Now()))
-		defer timer.Stop()
-		expired = timer.C()
-	}
-	select {
-	case l.permits <- struct{}{}:
-	case <-ctx.Done():
+	if err := s.permit(ctx, l, deadline); err != nil {
 		l.guard.Done()
-		return nil, s.ctxErr(ctx, lane, deadline)
-	case <-expired:
-		l.guard.Done()
-		return nil, refusal.New(refusal.DeadlineExceeded, lane, "the request's deadline passed while it waited for an execution permit")
+		return nil, err
 	}
 	s.mu.Lock()
 	l.inflight++
@@ -222,6 +241,45 @@ func (s *Server) Run(ctx context.Context, lane, task string, sequences [][]uint3
 	case <-ctx.Done():
 		// The task keeps its lease and permit until its reply has drained.
 		return nil, s.ctxErr(ctx, lane, deadline)
+	}
+}
+
+// permit takes an execution permit: at once if one is free, else after waiting in the lane's
+// bounded queue; a call that finds the queue full is refused overloaded at once, and a wait ends
+// at the deadline or when the caller goes away.
+func (s *Server) permit(ctx context.Context, l *laneState, deadline time.Time) error {
+	select {
+	case l.permits <- struct{}{}:
+		return nil
+	default:
+	}
+	s.mu.Lock()
+	if l.waiting >= max(l.MaxQueued, 0) {
+		s.mu.Unlock()
+		r := refusal.New(refusal.Overloaded, l.Name, "%d calls are running and %d waiting, the lane's bounds; retry later", l.MaxInflight, max(l.MaxQueued, 0))
+		r.RetryAfter = OverloadRetryAfter
+		return r
+	}
+	l.waiting++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		l.waiting--
+		s.mu.Unlock()
+	}()
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		timer := s.clk.NewTimer(deadline.Sub(s.clk.Now()))
+		defer timer.Stop()
+		expired = timer.C()
+	}
+	select {
+	case l.permits <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return s.ctxErr(ctx, l.Name, deadline)
+	case <-expired:
+		return refusal.New(refusal.DeadlineExceeded, l.Name, "the request's deadline passed while it waited for an execution permit")
 	}
 }
 
@@ -378,8 +436,34 @@ func plan(l Lane, task string, sequences [][]uint32) ([]group, error) {
 	}
 	out := make([]group, 0, len(byRung))
 	for _, g := range byRung {
-		out = append(out, *g)
+		out = append(out, split(l, *g)...)
 	}
-	slices.SortFunc(out, func(a, b group) int { return a.rung - b.rung })
+	slices.SortStableFunc(out, func(a, b group) int { return a.rung - b.rung })
 	return out, nil
+}
+
+// split cuts a rung's group into exchanges of at most the lane's sequences each, whose request
+// and reply are each estimated under exchangeBytes: a token id costs at most 5 bytes in the
+// request, an embedding dims float32s and a score one in the reply, and each sequence or vector
+// a few bytes of framing.
+func split(l Lane, g group) []group {
+	perReply := 8 // a score and its framing
+	if l.Task == "embed" {
+		perReply = 4*l.Dimensions + 8
+	}
+	var out []group
+	cur := group{rung: g.rung, payload: &pb.Execute{Task: g.payload.Task}}
+	reqBytes, replyBytes := 0, 0
+	for k, seq := range g.payload.Sequences {
+		req := 5*len(seq.TokenIds) + 8
+		if len(cur.index) > 0 && (len(cur.index) >= l.MaxExchangeSequences || reqBytes+req > exchangeBytes || replyBytes+perReply > exchangeBytes) {
+			out = append(out, cur)
+			cur = group{rung: g.rung, payload: &pb.Execute{Task: g.payload.Task}}
+			reqBytes, replyBytes = 0, 0
+		}
+		cur.index = append(cur.index, g.index[k])
+		cur.payload.Sequences = append(cur.payload.Sequences, seq)
+		reqBytes, replyBytes = reqBytes+req, replyBytes+perReply
+	}
+	return append(out, cur)
 }
