@@ -85,6 +85,13 @@ scale: envtest ## Run NODES hollow Macs and LANES lanes (default 1000 and 5000) 
 	SCALE_NODES=$(NODES) SCALE_LANES=$(LANES) SCALE_REPORT=$(LOCALBIN)/scale-report.json \
 		go test -run '^$$' -bench '^BenchmarkHollowFleet$$' -benchtime 1x -timeout 4h ./test/scale
 
+LOAD_DURATION ?= 60s
+
+.PHONY: load
+load: envtest ## Drive one agent on the loopback at twice its capacity for LOAD_DURATION (default 60s) with valid, oversize and malformed calls and slow-loris connections; report in bin/load-report.json.
+	@mkdir -p $(LOCALBIN)
+	LOAD_DURATION=$(LOAD_DURATION) LOAD_REPORT=$(LOCALBIN)/load-report.json go test -count=1 -v -run '^TestAgentUnderLoad$$' -timeout 30m ./test/load
+
 CASE ?= residency-safety
 SIM_SCALE ?= 0.001
 

@@ -1,0 +1,424 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package load drives one agent, listening on the loopback, at twice what it serves with valid
+// calls mixed with oversize and malformed bodies and slow-loris connections, and checks that it
+// stays up, bounded and honest: its memory stays under 256 MiB, no worker restarts, every valid
+// call is answered once, with 200 or 429/503 and Retry-After, and the admitted calls finish
+// within the lane's deadline. make load runs it for a minute (LOAD_DURATION); without
+// LOAD_DURATION it is skipped (its short form is not yet in make test: see the README).
+// Traffic goes to 127.0.0.1 only, bounded in count and time.
+package load
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/onsi/gomega"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/internal/localfleet"
+	"github.com/ck-synapse/synapse-fleet/test/testenv"
+)
+
+const (
+	mac  = "mac-load"
+	dims = 256
+	// The lane's bounds: calls running and waiting on the node, its deadline.
+	maxConcurrent, maxQueued = 4, 32
+	deadline                 = 5 * time.Second
+	rssLimitKiB              = 256 << 10
+)
+
+// Kinds of call, named in each target's query so each result can be judged by what it was.
+const (
+	kindValid     = "valid"
+	kindMalformed = "malformed"
+	kindOverCeil  = "over-ceiling"
+	kindOverBatch = "over-batch"
+)
+
+type report struct {
+	Duration           string         `json:"duration"`
+	CapacityPerSecond  float64        `json:"capacity_per_second"`
+	AttackPerSecond    int            `json:"attack_per_second"`
+	Sent               map[string]int `json:"sent"`
+	ValidCodes         map[int]int    `json:"valid_codes"`
+	AdmittedP50Ms      float64        `json:"admitted_p50_ms"`
+	AdmittedP99Ms      float64        `json:"admitted_p99_ms"`
+	OversizeSent       int64          `json:"oversize_sent"`
+	SlowLorisCutOff    int64          `json:"slow_loris_cut_off"`
+	AgentMaxRSSMiB     float64        `json:"agent_max_rss_mib"`
+	WorkerRestarts     float64        `json:"worker_restarts"`
+	AgentAnswered      float64        `json:"agent_answered"`
+	AgentAnswerWanted  int            `json:"agent_answers_wanted"`
+	TransportErrors    int            `json:"transport_errors"`
+	RetryAfterMissing  int            `json:"retry_after_missing"`
+	UnexpectedStatuses map[string]int `json:"unexpected_statuses"`
+}
+
+func TestAgentUnderLoad(t *testing.T) {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		t.Skip("KUBEBUILDER_ASSETS is not set; run make load or make test")
+	}
+	d := os.Getenv("LOAD_DURATION")
+	if d == "" {
+		t.Skip("LOAD_DURATION is not set; run make load")
+	}
+	duration, err := time.ParseDuration(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrllog.SetLogger(logr.Discard())
+	base := startAgent(t)
+	pid := fleetPID
+	restarts0, answered0 := metric(t, base, "synapse_agent_worker_restarts_total"), metric(t, base, "synapse_agent_requests_total")
+
+	capacity := measureCapacity(t, base+"/v1/embeddings", 3*time.Second)
+	rate := max(20, int(2*capacity))
+	t.Logf("the agent serves %.0f calls/s; attacking at %d/s for %s", capacity, rate, duration)
+	answered0 = metric(t, base, "synapse_agent_requests_total") // after the capacity probe
+
+	ctx, stop := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	var maxRSS atomic.Int64
+	bg.Go(func() { sampleRSS(ctx, pid, &maxRSS) })
+	var oversize, cutOff atomic.Int64
+	bg.Go(func() { sendOversize(ctx, base+"/v1/embeddings", &oversize) })
+	for range 64 {
+		bg.Go(func() { slowLoris(ctx, strings.TrimPrefix(base, "http://"), &cutOff) })
+	}
+
+	rep := report{Duration: duration.String(), CapacityPerSecond: capacity, AttackPerSecond: rate, Sent: map[string]int{},
+		ValidCodes: map[int]int{}, UnexpectedStatuses: map[string]int{}}
+	var admitted []time.Duration
+	attacker := vegeta.NewAttacker(vegeta.Timeout(2*deadline), vegeta.KeepAlive(true), vegeta.Connections(256), vegeta.MaxWorkers(512))
+	for res := range attacker.Attack(targeter(base), vegeta.Rate{Freq: rate, Per: time.Second}, duration, "load") {
+		u, _ := url.Parse(res.URL)
+		kind := u.Query().Get("kind")
+		rep.Sent[kind]++
+		if res.Code == 0 {
+			rep.TransportErrors++
+			rep.UnexpectedStatuses[kind+" "+res.Error]++
+			continue
+		}
+		code := int(res.Code)
+		want := map[string][]int{kindValid: {200, 429, 503}, kindMalformed: {400}, kindOverCeil: {422}, kindOverBatch: {413}}[kind]
+		if !slices.Contains(want, code) {
+			rep.UnexpectedStatuses[fmt.Sprintf("%s %d %.200s", kind, code, res.Body)]++
+		}
+		if kind != kindValid {
+			continue
+		}
+		rep.ValidCodes[code]++
+		switch {
+		case code == 200:
+			admitted = append(admitted, res.Latency)
+		case res.Headers.Get("Retry-After") == "":
+			rep.RetryAfterMissing++
+		}
+	}
+	stop()
+	bg.Wait()
+
+	slices.Sort(admitted)
+	if len(admitted) > 0 {
+		rep.AdmittedP50Ms = float64(admitted[len(admitted)/2].Microseconds()) / 1000
+		rep.AdmittedP99Ms = float64(admitted[len(admitted)*99/100].Microseconds()) / 1000
+	}
+	rep.OversizeSent, rep.SlowLorisCutOff = oversize.Load(), cutOff.Load()
+	rep.AgentMaxRSSMiB = float64(maxRSS.Load()) / 1024
+	rep.WorkerRestarts = metric(t, base, "synapse_agent_worker_restarts_total") - restarts0
+	rep.AgentAnswered = metric(t, base, "synapse_agent_requests_total") - answered0
+	for _, n := range rep.Sent {
+		rep.AgentAnswerWanted += n
+	}
+	rep.AgentAnswerWanted += int(rep.OversizeSent)
+	out, _ := json.MarshalIndent(rep, "", "  ")
+	t.Logf("load report:\n%s", out)
+	if path := os.Getenv("LOAD_REPORT"); path != "" {
+		_ = os.WriteFile(path, out, 0o644)
+	}
+
+	g := gomega.NewWithT(t)
+	g.Expect(rep.TransportErrors).To(gomega.BeZero(), "calls without an answer: %v", rep.UnexpectedStatuses)
+	g.Expect(rep.UnexpectedStatuses).To(gomega.BeEmpty(), "calls answered otherwise than their kind must be")
+	g.Expect(rep.RetryAfterMissing).To(gomega.BeZero(), "429 or 503 without Retry-After")
+	g.Expect(rep.ValidCodes[200]).To(gomega.BeNumerically(">", 0), "no valid call was served")
+	g.Expect(rep.ValidCodes[429]).To(gomega.BeNumerically(">", 0), "at twice its capacity the agent never said overloaded")
+	g.Expect(time.Duration(rep.AdmittedP99Ms*float64(time.Millisecond))).To(gomega.BeNumerically("<", deadline), "p99 of admitted calls")
+	g.Expect(rep.AgentMaxRSSMiB).To(gomega.BeNumerically("<", rssLimitKiB/1024), "the agent's resident memory")
+	g.Expect(rep.WorkerRestarts).To(gomega.BeZero(), "a worker restarted under load")
+	// Each call the agent saw is counted once, with the code it was answered: as many answers
+	// as calls means none was answered twice (and none lost).
+	g.Expect(rep.AgentAnswered).To(gomega.BeNumerically("==", rep.AgentAnswerWanted), "answers counted by the agent against calls sent")
+	g.Expect(rep.SlowLorisCutOff).To(gomega.BeNumerically(">", 0), "no slow-loris connection was cut off")
+}
+
+var fleetPID int
+
+// startAgent runs one simulated Mac with one Ready embed lane, bounded as the constants say,
+// and returns its API's loopback URL.
+func startAgent(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	if err := localfleet.Build(bin); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	f, err := localfleet.Start(ctx, localfleet.Options{Assets: os.Getenv("KUBEBUILDER_ASSETS"), Config: testenv.ConfigDir(), Bin: bin, Dir: t.TempDir(),
+		SimScale: 1e-6, Out: io.Discard, Macs: []localfleet.Mac{{Name: mac, MacOSBuild: "25B78"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Stop() })
+	d := f.WorkerDigest
+	id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: "load"}, Spec: v1.CertifiedIdentitySpec{
+		Worker:           v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: d, ProtocolVersion: 3, Backend: v1.BackendSim},
+		Model:            v1.ModelIdentity{Name: "load", Revision: "1", CheckpointDigest: d, Layers: 1, HiddenSize: dims, EmbeddingDimensions: dims},
+		ConversionPolicy: v1.ConversionPolicy{Name: "p", Digest: d}, MacOSBuild: "25B78", VectorSpaceID: "load"}}
+	if err := f.Client.Create(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.InstallArtifact(id); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Client.Create(ctx, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: "load", Namespace: "default"},
+		Spec: v1.CatalogLaneSpec{Model: "load", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "load"},
+			Rungs: []v1.Rung{128}, Replicas: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: int32(deadline / time.Second),
+			MaxBatchTokens: ptr.To(int32(1024)), MaxConcurrentRequests: ptr.To(int32(maxConcurrent)), MaxQueuedRequests: ptr.To(int32(maxQueued))}}); err != nil {
+		t.Fatal(err)
+	}
+	gomega.NewWithT(t).Eventually(func(g gomega.Gomega) {
+		var ps v1.LanePlacementList
+		g.Expect(f.Client.List(ctx, &ps, client.InNamespace("default"))).To(gomega.Succeed())
+		g.Expect(ps.Items).To(gomega.HaveLen(1))
+		g.Expect(ps.Items[0].Status.Phase).To(gomega.Equal(v1.PhaseReady))
+	}).WithTimeout(2 * time.Minute).WithPolling(100 * time.Millisecond).Should(gomega.Succeed())
+	fleetPID = f.PID(mac)
+	return f.URL(mac)
+}
+
+// validBody is a call of 1 to 8 short texts.
+func validBody(i int) []byte {
+	in := make([]string, 1+i%8)
+	for j := range in {
+		in[j] = fmt.Sprintf("call %d input %d: a short passage of about a dozen words to embed", i, j)
+	}
+	b, _ := json.Marshal(map[string]any{"model": "default/load", "input": in})
+	return b
+}
+
+func idsJSON(n int) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(1 + i%1000))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// targeter mixes the calls: mostly valid, one in twenty malformed, over the ceiling (a flat array
+// of 100000 token ids) or over the lane's batch bound.
+func targeter(base string) vegeta.Targeter {
+	overCeil := []byte(`{"model": "default/load", "input": ` + idsJSON(100_000) + `}`)
+	batch := make([]string, 12)
+	for i := range batch {
+		batch[i] = idsJSON(100)
+	}
+	overBatch := []byte(`{"model": "default/load", "input": [` + strings.Join(batch, ",") + `]}`)
+	var n atomic.Int64
+	header := http.Header{"Content-Type": {"application/json"}}
+	return func(tgt *vegeta.Target) error {
+		i := int(n.Add(1))
+		kind, body := kindValid, validBody(i)
+		switch i % 20 {
+		case 1:
+			kind, body = kindMalformed, []byte(`{"model": "default/load", "input": ["unterminated`)
+		case 2:
+			kind, body = kindOverCeil, overCeil
+		case 3:
+			kind, body = kindOverBatch, overBatch
+		}
+		*tgt = vegeta.Target{Method: http.MethodPost, URL: base + "/v1/embeddings?kind=" + kind, Body: body, Header: header}
+		return nil
+	}
+}
+
+// measureCapacity runs valid calls back to back from twice the lane's concurrency for d and
+// returns the calls served per second.
+func measureCapacity(t *testing.T, u string, d time.Duration) float64 {
+	var served atomic.Int64
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for w := range 2 * maxConcurrent {
+		wg.Go(func() {
+			for i := w; time.Now().Before(end); i += 2 * maxConcurrent {
+				resp, err := http.Post(u, "application/json", strings.NewReader(string(validBody(i))))
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					served.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if served.Load() == 0 {
+		t.Fatal("the agent served nothing while its capacity was measured")
+	}
+	return float64(served.Load()) / d.Seconds()
+}
+
+// sendOversize sends a body of 33 MiB every 2 s, half of them announced by Content-Length and
+// half chunked, each answered 413.
+func sendOversize(ctx context.Context, u string, sent *atomic.Int64) {
+	c := &http.Client{Timeout: 30 * time.Second}
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+		body := io.MultiReader(strings.NewReader(`{"model": "default/load", "input": "`), io.LimitReader(zeros{}, 33<<20))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u+"?kind=oversize", body)
+		if i%2 == 0 {
+			req.ContentLength = 33<<20 + 37
+		}
+		// Counted whether or not the answer is read: the server may close a connection it refused
+		// before the client finished sending, but its handler has seen and answered the call.
+		sent.Add(1)
+		resp, err := c.Do(req)
+		if err != nil {
+			continue
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	return len(p), nil
+}
+
+// slowLoris holds a connection sending a request's headers a byte every 500 ms, and opens
+// another whenever the server cuts one off.
+func slowLoris(ctx context.Context, addr string, cutOff *atomic.Int64) {
+	head := "POST /v1/embeddings HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nX-Slow: " + strings.Repeat("x", 4096)
+	for ctx.Err() == nil {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return
+		}
+		stop := context.AfterFunc(ctx, func() { c.Close() })
+		for i := 0; i < len(head) && ctx.Err() == nil; i++ {
+			if _, err := c.Write([]byte{head[i]}); err != nil {
+				cutOff.Add(1)
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		stop()
+		c.Close()
+	}
+}
+
+// sampleRSS keeps the largest resident set of pid seen, in KiB, every 200 ms.
+func sampleRSS(ctx context.Context, pid int, maxKiB *atomic.Int64) {
+	for {
+		if kib := rssKiB(pid); kib > maxKiB.Load() {
+			maxKiB.Store(kib)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func rssKiB(pid int) int64 {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// metric sums a counter's series on the agent's /metrics.
+func metric(t *testing.T, base, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			sum += v
+		}
+	}
+	return sum
+}
