@@ -28,6 +28,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/internal/workertest"
@@ -205,8 +206,9 @@ func TestAHungCallIsBoundedAndItsWorkerKilled(t *testing.T) {
 	evicted := make(chan error, 1)
 	go func() { evicted <- w.Evict(context.Background(), 128) }()
 	// The earlier calls stopped their timers: the one waiter is the eviction's bound.
-	for !clk.HasWaiters() {
-		time.Sleep(time.Millisecond)
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return clk.HasWaiters(), nil }); err != nil {
+		t.Fatal("the eviction never came to wait on its bound")
 	}
 	select {
 	case err := <-evicted:

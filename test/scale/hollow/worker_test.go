@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
@@ -47,21 +48,32 @@ const admitTimeout = 1000 * time.Hour
 
 // stepUntil steps the fake clock until done is closed, each time the worker waits on it: the
 // simulated compiles take their seed-scale time on the fake clock and no longer in real time.
+// The poll only lets the worker goroutine reach its next timer; nothing is timed by it.
 func stepUntil(t *testing.T, clk *clocktesting.FakeClock, done <-chan struct{}) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case <-done:
-			return
+			return true, nil
 		default:
 		}
 		if clk.HasWaiters() {
 			clk.Step(time.Second)
 		}
-		time.Sleep(time.Millisecond) // the worker reaches its next timer
-
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal("the hollow worker did not finish")
 	}
-	t.Fatal("the hollow worker did not finish")
+}
+
+// waitForWaiter returns once a goroutine waits on the fake clock.
+func waitForWaiter(t *testing.T, clk *clocktesting.FakeClock) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return clk.HasWaiters(), nil }); err != nil {
+		t.Fatal("nothing came to wait on the clock")
+	}
 }
 
 func TestAHollowWorkerCompilesLayerByLayerAndReportsProgress(t *testing.T) {
@@ -153,9 +165,7 @@ func TestKillingAHollowWorkerEndsItsCompile(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { _, err := w.Admit(context.Background(), 256); done <- err }()
-	for !clk.HasWaiters() {
-		time.Sleep(time.Millisecond) // until the compile waits on the clock
-	}
+	waitForWaiter(t, clk) // the compile waits on the clock
 	_ = w.Kill()
 	if err := <-done; err == nil {
 		t.Error("an admission whose worker was killed succeeded")
