@@ -75,7 +75,7 @@ func (f *fakeAuth) Authorize(_ context.Context, u user.Info, a apiauth.Access) (
 func newAuthServer(t *testing.T, auth Auth) (*httptest.Server, *fakeRunner) {
 	t.Helper()
 	runner := &fakeRunner{}
-	s := New(Config{Node: "mac-1", Catalog: fakeCatalog{}, Runner: runner, Clock: clocktesting.NewFakePassiveClock(epoch), Auth: auth})
+	s := New(Config{Node: "mac-1", Catalog: fakeCatalog{}, Runner: runner, Clock: clocktesting.NewFakeClock(epoch), Auth: auth})
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)
 	return ts, runner

@@ -55,21 +55,29 @@ type call struct {
 	reason   string // why it runs there
 	tokens   int
 	bucket   string // the largest bucket the call ran on
+	// working: the call holds a work slot.
+	working bool
 }
 
 func (s *Server) begin(w http.ResponseWriter, r *http.Request, endpoint string) *call {
 	return &call{s: s, w: w, r: r, endpoint: endpoint, start: s.cfg.Clock.Now()}
 }
 
-// decode reads a JSON body, bounded in size, into v. The body is read once into a buffer the
-// call owns, sized by its Content-Length when it gives one, and decoded from there: the inputs
-// (rawJSON) are read from that buffer later, never copied. Unknown fields are allowed: clients
-// send some.
-func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := readBody(w, r)
+// decode reads a JSON body, bounded in size, into v, then takes a work slot for the call (see
+// WorkLimits): the body is read without one (a slow client holds no slot), the parsing, the
+// tokenising and the routing that follow run with one, until the call runs on its lane. The
+// body is read once into a buffer the call owns, sized by its Content-Length when it gives one,
+// and decoded from there: the inputs (rawJSON) are read from that buffer later, never copied.
+// Unknown fields are allowed: clients send some.
+func (c *call) decode(v any) error {
+	body, err := readBody(c.w, c.r)
 	if err != nil {
 		return err
 	}
+	if err := c.s.work.enter(c.r.Context()); err != nil {
+		return err
+	}
+	c.working = true
 	if err := json.Unmarshal(body, v); err != nil {
 		var syntax *json.SyntaxError
 		if errors.As(err, &syntax) && strings.Contains(syntax.Error(), "after top-level value") {
@@ -78,6 +86,14 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 		return badRequest("invalid_json", "", "the body is not valid JSON: "+err.Error())
 	}
 	return nil
+}
+
+// rest gives back the call's work slot, if it holds one.
+func (c *call) rest() {
+	if c.working {
+		c.working = false
+		c.s.work.leave()
+	}
 }
 
 // readBody reads the request's body, refusing one over MaxBodyBytes with 413.
@@ -158,6 +174,9 @@ func (c *call) run(lane Lane, task string, sequences [][]uint32) (*serving.Resul
 	for _, seq := range sequences {
 		c.tokens += len(seq)
 	}
+	// Waiting for the lane and the worker costs no CPU of the API's: the slot goes to another
+	// call. Encoding the answer needs none: the lane's permits bound the calls that get one.
+	c.rest()
 	deadline := c.deadline(lane)
 	g := c.s.metrics.inflight.WithLabelValues(c.lane)
 	g.Inc()
@@ -225,6 +244,7 @@ func (c *call) fail(err error) {
 }
 
 func (c *call) observe(code string) {
+	c.rest()
 	lane := c.lane
 	if lane == "" {
 		lane = "none"

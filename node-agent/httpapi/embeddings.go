@@ -61,7 +61,7 @@ type usage struct {
 func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	c := s.begin(w, r, "embeddings")
 	var req embeddingsRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := c.decode(&req); err != nil {
 		c.fail(err)
 		return
 	}

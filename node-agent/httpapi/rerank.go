@@ -62,7 +62,7 @@ type rerankUsage struct {
 func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 	c := s.begin(w, r, "rerank")
 	var req rerankRequest
-	if err := decode(w, r, &req); err != nil {
+	if err := c.decode(&req); err != nil {
 		c.fail(err)
 		return
 	}

@@ -85,7 +85,7 @@ type Config struct {
 	Node    string
 	Catalog Catalog
 	Runner  Runner
-	Clock   clock.PassiveClock
+	Clock   clock.Clock
 	// Log receives what answers leave out: the whole error of a call that failed on the node.
 	Log logr.Logger
 	// Ready reports whether the agent serves (nil: ready); /readyz answers 503 with its error.
@@ -95,6 +95,8 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Auth lets calls in (nil: none is, but the probes).
 	Auth Auth
+	// Work bounds the calls parsing and tokenising at once (zero: the defaults).
+	Work WorkLimits
 }
 
 // Server is the HTTP API.
@@ -102,6 +104,7 @@ type Server struct {
 	cfg     Config
 	metrics *metrics
 	mux     *http.ServeMux
+	work    *workGate
 }
 
 // New returns the API and registers its metrics in cfg.Registry.
@@ -112,7 +115,7 @@ func New(cfg Config) *Server {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registry), mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registry), mux: http.NewServeMux(), work: newWorkGate(cfg.Work, cfg.Clock)}
 	s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
 	s.mux.HandleFunc("POST /v1/rerank", s.rerank)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })

@@ -137,7 +137,7 @@ var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 func newTestServer(t *testing.T) (*httptest.Server, *Server, *fakeRunner) {
 	t.Helper()
 	runner := &fakeRunner{}
-	s := New(Config{Node: "mac-1", Catalog: fakeCatalog{}, Runner: runner, Clock: clocktesting.NewFakePassiveClock(epoch),
+	s := New(Config{Node: "mac-1", Catalog: fakeCatalog{}, Runner: runner, Clock: clocktesting.NewFakeClock(epoch),
 		Auth: apiauth.Anonymous{}})
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)

@@ -133,3 +133,51 @@ func TestPastItsBoundsALaneAnswersOverloadedAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestACallThatWouldWaitPastItsDeadlineIsRefusedOverloadedAtOnce: a call that would get its
+// permit, and then run, only after its deadline (by how long the lane's calls hold a permit) is
+// refused overloaded at once with a time to retry, instead of waiting to be answered
+// deadline_exceeded; a call with time enough waits and is served.
+func TestACallThatWouldWaitPastItsDeadlineIsRefusedOverloadedAtOnce(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	a := &fakeAcquirer{clk: clk, exchangeDelay: time.Second}
+	s := New(a, clk)
+	s.AddLane(Lane{Name: "gte", Task: "embed", Rungs: []int{128}, Ceiling: 128, Dimensions: 8, MaxInflight: 1, MaxQueued: 4})
+	// A call that holds its permit a second teaches the lane how long calls take.
+	if _, err := s.Run(context.Background(), "gte", "embed", [][]uint32{tokens(3)}, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.gate, a.exchangeDelay = make(chan struct{}), time.Second
+	a.mu.Unlock()
+	running := make(chan error, 1)
+	go func() {
+		_, err := s.Run(context.Background(), "gte", "embed", [][]uint32{tokens(3)}, time.Time{})
+		running <- err
+	}()
+	eventually(t, "the second call is in its exchange", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.exchanges == 2 })
+
+	// It would wait about a second and run about a second: 1.5 s is not enough.
+	_, err := s.Run(context.Background(), "gte", "embed", [][]uint32{tokens(3)}, clk.Now().Add(1500*time.Millisecond))
+	var r *refusal.Error
+	if !errors.As(err, &r) || r.Code != refusal.Overloaded || r.RetryAfter < time.Second {
+		t.Fatalf("a call that cannot finish by its deadline: %v, want overloaded at once with a retry time of at least the wait", err)
+	}
+	// Three seconds are: it waits and is served.
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := s.Run(context.Background(), "gte", "embed", [][]uint32{tokens(3)}, clk.Now().Add(3*time.Second))
+		waiting <- err
+	}()
+	eventually(t, "the call with time enough waits", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.lanes["gte"].waiting == 1 })
+	a.mu.Lock()
+	a.exchangeDelay = 0
+	a.mu.Unlock()
+	close(a.gate)
+	if err := <-running; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiting; err != nil {
+		t.Fatalf("the call with time enough: %v", err)
+	}
+}

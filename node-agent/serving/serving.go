@@ -107,7 +107,13 @@ type laneState struct {
 	guard sync.WaitGroup
 	// inflight counts tasks that still own something; for metrics and tests.
 	inflight int
+	// hold is a moving average of how long a call holds its permit (under Server.mu): a call
+	// that would wait in the queue, and then run, past its deadline is refused at once.
+	hold time.Duration
 }
+
+// holdWeight is the weight of a new sample in laneState.hold: about the last 8 calls count.
+const holdWeight = 8
 
 // New returns a server leasing from acq.
 func New(acq Acquirer, clk clock.Clock) *Server {
@@ -260,6 +266,19 @@ func (s *Server) permit(ctx context.Context, l *laneState, deadline time.Time) e
 		r.RetryAfter = OverloadRetryAfter
 		return r
 	}
+	// A call that would get its permit only after the calls ahead of it, and then run, past its
+	// deadline is refused now rather than answered deadline_exceeded after the wait: the
+	// client can retry (elsewhere) while it still has time.
+	if !deadline.IsZero() && l.hold > 0 {
+		ahead := time.Duration(l.waiting/l.MaxInflight + 1)
+		if finish := ahead*l.hold + l.hold; finish > deadline.Sub(s.clk.Now()) {
+			s.mu.Unlock()
+			r := refusal.New(refusal.Overloaded, l.Name, "a call waits about %s for a permit and runs about %s, past the request's deadline; retry later",
+				(ahead * l.hold).Round(time.Millisecond), l.hold.Round(time.Millisecond))
+			r.RetryAfter = max(OverloadRetryAfter, ahead*l.hold)
+			return r
+		}
+	}
 	l.waiting++
 	s.mu.Unlock()
 	defer func() {
@@ -300,10 +319,17 @@ func (s *Server) task(caller context.Context, l *laneState, groups []group, n in
 	// The task keeps the caller's values (its request id) but not its cancellation; only the
 	// admission waits end when the caller goes away.
 	base, cancelled := context.WithoutCancel(caller), caller.Done()
+	start := s.clk.Now()
 	defer func() {
+		held := s.clk.Since(start)
 		<-l.permits
 		s.mu.Lock()
 		l.inflight--
+		if l.hold == 0 {
+			l.hold = held
+		} else {
+			l.hold += (held - l.hold) / holdWeight
+		}
 		s.mu.Unlock()
 		l.guard.Done()
 	}()

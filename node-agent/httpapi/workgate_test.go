@@ -1,0 +1,94 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+)
+
+// TestAWorkSlotWaitIsBoundedInCountAndTime: past the free slots a call waits, past the waiting
+// bound it is refused overloaded at once, and a wait that reaches its bound on the (fake) clock
+// is refused overloaded; a slot given back lets the next call in at once.
+func TestAWorkSlotWaitIsBoundedInCountAndTime(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	g := newWorkGate(WorkLimits{Slots: 1, MaxWaiting: 1, MaxWait: 2 * time.Second}, clk)
+	ctx := context.Background()
+	if err := g.enter(ctx); err != nil {
+		t.Fatalf("a free slot was refused: %v", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- g.enter(ctx) }()
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return g.waiters() == 1 && clk.HasWaiters(), nil
+	}); err != nil {
+		t.Fatal("the second call never waited")
+	}
+	var e *apiError
+	if err := g.enter(ctx); !errors.As(err, &e) || e.status != http.StatusTooManyRequests || e.code != string(refusal.Overloaded) || e.retryAfter <= 0 {
+		t.Fatalf("a call past the waiting bound: %v, want overloaded at once with a retry time", err)
+	}
+	clk.Step(2*time.Second - time.Nanosecond)
+	select {
+	case err := <-waited:
+		t.Fatalf("the wait ended before its bound: %v", err)
+	default:
+	}
+	clk.Step(time.Nanosecond)
+	if err := <-waited; !errors.As(err, &e) || e.code != string(refusal.Overloaded) {
+		t.Fatalf("a wait that reached its bound: %v, want overloaded", err)
+	}
+	g.leave()
+	if err := g.enter(ctx); err != nil {
+		t.Fatalf("a slot given back was not taken at once: %v", err)
+	}
+}
+
+// TestACallFindingNoWorkSlotIsAnsweredOverloadedWithRetryAfter: through the handler, a call that
+// finds every work slot taken and may not wait is answered 429 overloaded with Retry-After, and
+// once the slot is free the same call is served.
+func TestACallFindingNoWorkSlotIsAnsweredOverloadedWithRetryAfter(t *testing.T) {
+	s := New(Config{Node: "mac-1", Catalog: fakeCatalog{}, Runner: &fakeRunner{}, Clock: clocktesting.NewFakeClock(epoch),
+		Auth: apiauth.Anonymous{}, Work: WorkLimits{Slots: 1, MaxWaiting: -1}})
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	if err := s.work.enter(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model": "team/embed", "input": "hello"}`
+	resp, out := post(t, ts.URL+"/v1/embeddings", body)
+	if resp.StatusCode != http.StatusTooManyRequests || errorCodeOf(out) != string(refusal.Overloaded) || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("with no work slot: %d %v (Retry-After %q), want 429 overloaded with Retry-After", resp.StatusCode, out, resp.Header.Get("Retry-After"))
+	}
+	s.work.leave()
+	if resp, out := post(t, ts.URL+"/v1/embeddings", body); resp.StatusCode != http.StatusOK {
+		t.Fatalf("with the slot free: %d %v", resp.StatusCode, out)
+	}
+	if s.work.waiters() != 0 || len(s.work.slots) != 0 {
+		t.Fatalf("a served call kept its work slot: %d held, %d waiting", len(s.work.slots), s.work.waiters())
+	}
+}
