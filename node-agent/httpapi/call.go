@@ -224,6 +224,16 @@ func (c *call) ok(v any) {
 	c.observe("ok")
 }
 
+// answer is ok with an answer that encodes itself.
+func (c *call) answer(encode func([]byte) ([]byte, error)) {
+	if err := writeAnswer(c.w, http.StatusOK, encode); err != nil {
+		c.s.cfg.Log.Info("an answer could not be encoded", "endpoint", c.endpoint, "lane", c.lane, "error", err.Error())
+		c.observe("internal_error")
+		return
+	}
+	c.observe("ok")
+}
+
 func (c *call) fail(err error) {
 	if c.r.Context().Err() != nil && refusal.CodeOf(err) == "" {
 		// The client went away; nobody reads an answer.

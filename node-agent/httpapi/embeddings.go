@@ -97,7 +97,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out.Usage.PromptTokens, out.Usage.TotalTokens = c.tokens, c.tokens
-	c.ok(out)
+	c.answer(out.appendJSON)
 }
 
 func encodeBase64(v []float32) string {

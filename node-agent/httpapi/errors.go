@@ -17,7 +17,6 @@ limitations under the License.
 package httpapi
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 	"regexp"
@@ -127,10 +126,4 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	}
 	w.Header().Set("X-Synapse-Error-Code", e.code)
 	writeJSON(w, e.status, errorBody{Error: d})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }

@@ -64,8 +64,9 @@ type Config struct {
 	// generation.
 	Env func(lane string, gen int64) []string
 	Log logr.Logger
-	// Clock times the calls' bounds.
-	Clock clock.Clock
+	// Clock times the calls' bounds (a call's timeout runs a function: the exchange itself runs
+	// on the caller's goroutine).
+	Clock clock.WithDelayedExecution
 	// CallTimeout bounds a load, an execution, an eviction or an inventory; AdmitTimeout an
 	// admission, which may compile for minutes.
 	CallTimeout, AdmitTimeout time.Duration
@@ -286,58 +287,65 @@ func (p *Process) lastWords() string {
 var errFault = errors.New("worker fault")
 
 // call runs one exchange, bounded by timeout. A reply that is not the answer to this request,
-// a broken stream or a timeout is a fault; an Error frame is the worker's refusal.
+// a broken stream or a timeout is a fault; an Error frame is the worker's refusal. The exchange
+// runs on the caller's goroutine (a hand-off to another goroutine and back would cost two
+// wake-ups on every call): a timeout or the caller going away kills the worker, which ends the
+// write or read in progress, and the call reports why.
 func (p *Process) call(ctx context.Context, timeout time.Duration, req *pb.Request) (*pb.Response, error) {
 	p.nextID++
 	req.Id = p.nextID
-	type result struct {
-		resp *pb.Response
-		err  error
+	// ended is set once: by the exchange when it finishes, or by the first of the timer and the
+	// caller's cancellation, which then kills the worker.
+	var (
+		ended  sync.Once
+		killed error
+	)
+	kill := func(why func() error) func() {
+		return func() {
+			ended.Do(func() {
+				killed = why()
+				_ = p.Kill()
+			})
+		}
 	}
-	done := make(chan result, 1)
-	go func() {
-		if err := p.w.Write(req); err != nil {
-			done <- result{err: err}
-			return
-		}
-		for {
-			resp := &pb.Response{}
-			err := p.r.Read(resp)
-			if pr := resp.GetAdmitProgress(); err == nil && pr != nil && resp.Id == req.Id && req.GetAdmit() != nil {
-				// Progress of this admission: report it and read on for its answer.
-				supervisor.ReportProgress(ctx, int(pr.LayersDone))
-				continue
-			}
-			done <- result{resp: resp, err: err}
-			return
-		}
-	}()
-	timer := p.cfg.Clock.NewTimer(timeout)
+	timer := p.cfg.Clock.AfterFunc(timeout, kill(func() error { return fmt.Errorf("no answer within %s", timeout) }))
 	defer timer.Stop()
-	var res result
-	select {
-	case res = <-done:
-	case <-timer.C():
-		// The call may have run: its outcome is unknown. Kill the worker so its stream is not
-		// reused, and report a fault.
-		_ = p.Kill()
-		<-done
-		return nil, fmt.Errorf("%w: no answer within %s, worker killed", errFault, timeout)
-	case <-ctx.Done():
-		_ = p.Kill()
-		<-done
-		return nil, fmt.Errorf("%w: %v, worker killed", errFault, ctx.Err())
+	stop := context.AfterFunc(ctx, kill(func() error { return ctx.Err() }))
+	defer stop()
+	resp, err := p.exchange(ctx, req)
+	finished := false
+	ended.Do(func() { finished = true })
+	if !finished {
+		// The worker was killed, whatever the exchange saw: its stream is not reused.
+		return nil, fmt.Errorf("%w: %v, worker killed", errFault, killed)
 	}
-	if res.err != nil {
-		return nil, fmt.Errorf("%w: %v%s", errFault, res.err, p.lastWords())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v%s", errFault, err, p.lastWords())
 	}
-	if res.resp.Id != req.Id {
-		return nil, fmt.Errorf("%w: reply %d to request %d", errFault, res.resp.Id, req.Id)
+	if resp.Id != req.Id {
+		return nil, fmt.Errorf("%w: reply %d to request %d", errFault, resp.Id, req.Id)
 	}
-	if e := res.resp.GetError(); e != nil {
+	if e := resp.GetError(); e != nil {
 		return nil, &supervisor.WorkerError{Code: e.Code, Message: e.Message}
 	}
-	return res.resp, nil
+	return resp, nil
+}
+
+// exchange writes req and reads its answer, reporting an admission's progress on the way.
+func (p *Process) exchange(ctx context.Context, req *pb.Request) (*pb.Response, error) {
+	if err := p.w.Write(req); err != nil {
+		return nil, err
+	}
+	for {
+		resp := &pb.Response{}
+		err := p.r.Read(resp)
+		if pr := resp.GetAdmitProgress(); err == nil && pr != nil && resp.Id == req.Id && req.GetAdmit() != nil {
+			// Progress of this admission: report it and read on for its answer.
+			supervisor.ReportProgress(ctx, int(pr.LayersDone))
+			continue
+		}
+		return resp, err
+	}
 }
 
 // Admit implements supervisor.Worker.

@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -148,23 +149,31 @@ func body(model string, inputs int) []byte {
 // token is the benchmark's caller's (startFleet).
 var token string
 
-// drive sends b.N requests from conc goroutines and reports requests/s, p50 and p99.
-func drive(b *testing.B, url string, payload []byte, conc int) (p50 time.Duration) {
+// drive sends b.N requests from conc goroutines and reports requests/s, p50 and p99. Every
+// answer is checked before a figure is reported: the first is decoded and must hold one vector
+// of the model's dimensions per input, in order, finite and distinct; every other must be the
+// same bytes (the same payload, the same worker: the same answer), so each request was answered,
+// once, and right.
+func drive(b *testing.B, url string, payload []byte, inputs, conc int) (p50 time.Duration) {
 	b.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr}
 	lat := make([]time.Duration, b.N)
-	var next int
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var failed error
+	var (
+		next, answered int
+		mu             sync.Mutex
+		wg             sync.WaitGroup
+		failed         error
+		want           []byte
+	)
 	b.ResetTimer()
 	start := time.Now()
 	for range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var got bytes.Buffer
 			for {
 				mu.Lock()
 				i := next
@@ -174,6 +183,7 @@ func drive(b *testing.B, url string, payload []byte, conc int) (p50 time.Duratio
 					return
 				}
 				t0 := time.Now()
+				got.Reset()
 				req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(payload))
 				var resp *http.Response
 				if err == nil {
@@ -183,19 +193,31 @@ func drive(b *testing.B, url string, payload []byte, conc int) (p50 time.Duratio
 					resp, err = c.Do(req)
 				}
 				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
+					_, err = got.ReadFrom(resp.Body)
 					resp.Body.Close()
-					if resp.StatusCode != 200 {
-						err = fmt.Errorf("status %d", resp.StatusCode)
+					if err == nil && resp.StatusCode != 200 {
+						err = fmt.Errorf("status %d: %.300s", resp.StatusCode, got.Bytes())
 					}
 				}
-				if err != nil {
-					mu.Lock()
+				lat[i] = time.Since(t0)
+				mu.Lock()
+				if err == nil {
+					if want == nil {
+						want = slices.Clone(got.Bytes())
+						err = checkAnswer(want, inputs)
+					} else if !bytes.Equal(got.Bytes(), want) {
+						err = fmt.Errorf("answer %d differs from the first for the same payload: %.300s", i, got.Bytes())
+					}
+				}
+				if err == nil {
+					answered++
+				} else {
 					failed = err
-					mu.Unlock()
+				}
+				mu.Unlock()
+				if err != nil {
 					return
 				}
-				lat[i] = time.Since(t0)
 			}
 		}()
 	}
@@ -205,12 +227,46 @@ func drive(b *testing.B, url string, payload []byte, conc int) (p50 time.Duratio
 	if failed != nil {
 		b.Fatal(failed)
 	}
+	if answered != b.N {
+		b.Fatalf("%d answers for %d requests", answered, b.N)
+	}
 	slices.Sort(lat)
 	p50, p99 := lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
 	b.ReportMetric(float64(p50.Microseconds()), "p50-µs")
 	b.ReportMetric(float64(p99.Microseconds()), "p99-µs")
 	return p50
+}
+
+// checkAnswer checks an embeddings answer: one vector of dims finite floats per input, indexed
+// in input order, no two the same (each input is a different text).
+func checkAnswer(body []byte, inputs int) error {
+	var out struct {
+		Data []struct {
+			Index     int       `json:"index"`
+			Embedding []float32 `json:"embedding"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return fmt.Errorf("the answer is not an embeddings list: %w", err)
+	}
+	if len(out.Data) != inputs {
+		return fmt.Errorf("%d vectors for %d inputs", len(out.Data), inputs)
+	}
+	for i, d := range out.Data {
+		if d.Index != i || len(d.Embedding) != dims {
+			return fmt.Errorf("vector %d: index %d, %d dimensions; want index %d, %d", i, d.Index, len(d.Embedding), i, dims)
+		}
+		for _, x := range d.Embedding {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("vector %d holds %v", i, x)
+			}
+		}
+		if i > 0 && slices.Equal(d.Embedding, out.Data[i-1].Embedding) {
+			return fmt.Errorf("vectors %d and %d are the same for different texts", i-1, i)
+		}
+	}
+	return nil
 }
 
 // BenchmarkEmbeddingsOverHTTP: the agent and the bare handler side by side, at concurrency 1, 8
@@ -224,8 +280,8 @@ func BenchmarkEmbeddingsOverHTTP(b *testing.B) {
 		for _, conc := range []int{1, 8, 64} {
 			name := fmt.Sprintf("inputs=%d/conc=%d", inputs, conc)
 			var agent, baseline time.Duration
-			b.Run(name+"/agent", func(b *testing.B) { agent = drive(b, f.URL("mac-bench")+"/v1/embeddings", payload, conc) })
-			b.Run(name+"/bare", func(b *testing.B) { baseline = drive(b, bare.URL, payload, conc) })
+			b.Run(name+"/agent", func(b *testing.B) { agent = drive(b, f.URL("mac-bench")+"/v1/embeddings", payload, inputs, conc) })
+			b.Run(name+"/bare", func(b *testing.B) { baseline = drive(b, bare.URL, payload, inputs, conc) })
 			if baseline > 0 {
 				b.Logf("%s: agent p50 %s, bare p50 %s, overhead ratio %.2f", name, agent, baseline, float64(agent)/float64(baseline))
 			}
