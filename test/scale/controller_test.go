@@ -37,6 +37,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -102,6 +103,12 @@ func newControllerProcess(bin, kubeconfig, logPath string, grace, eviction time.
 	c.args = []string{"--kubeconfig", kubeconfig, "--leader-elect=true", "--leader-election-namespace", controllerNamespace,
 		"--metrics-bind-address", c.metricsAddr, "--health-probe-bind-address", freeAddr(), "--pprof-bind-address", c.pprofAddr,
 		"--node-grace-period", grace.String(), "--node-eviction-timeout", eviction.String(),
+		// A thousand Macs' Lease renewals and status writes keep the API server busy, and the
+		// apply of thousands of lanes at once more so: a renewal of the controller's own Lease
+		// may take seconds to answer. The defaults (renew within 10 s) would have the leader give
+		// up and exit mid-rollout, which the report would count as a storm nobody asked for. A
+		// cluster that slow raises these the same way.
+		"--leader-elect-lease-duration", "60s", "--leader-elect-renew-deadline", "45s",
 		// The harness scrapes the loopback in plain HTTP; a cluster's controller serves metrics
 		// authenticated (the default).
 		"--metrics-secure=false"}
@@ -207,7 +214,18 @@ func (c *controllerProcess) metrics(ctx context.Context) (map[string]*dto.Metric
 	return scrapeHTTP(ctx, "http://"+c.metricsAddr+"/metrics")
 }
 
-func scrapeHTTP(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+// scrapeHTTP reads a Prometheus text endpoint, retrying a few times (about 1.5 s in all): a
+// process under the scale test's load may miss one scrape, which must not fail a report that
+// took many minutes to make.
+func scrapeHTTP(ctx context.Context, url string) (families map[string]*dto.MetricFamily, err error) {
+	err = retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
+		families, err = scrapeHTTPOnce(ctx, url)
+		return err
+	})
+	return families, err
+}
+
+func scrapeHTTPOnce(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err

@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,6 +38,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -213,19 +215,31 @@ func labelsOf(m *dto.Metric) map[string]string {
 	return out
 }
 
-// scrapeREST reads a Prometheus text endpoint of the API server.
-func scrapeREST(ctx context.Context, cfg *rest.Config, path string) (map[string]*dto.MetricFamily, error) {
+// scrapeREST reads a Prometheus text endpoint of the API server, retrying as scrapeHTTP does.
+func scrapeREST(ctx context.Context, cfg *rest.Config, path string) (families map[string]*dto.MetricFamily, err error) {
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := hc.Get(strings.TrimSuffix(cfg.Host, "/") + path)
+	err = retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
+		families, err = scrapeRESTOnce(ctx, hc, strings.TrimSuffix(cfg.Host, "/")+path)
+		return err
+	})
+	return families, err
+}
+
+func scrapeRESTOnce(ctx context.Context, hc *http.Client, url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return parseMetrics(resp.Body)
 }

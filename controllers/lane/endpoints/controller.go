@@ -43,6 +43,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -114,8 +115,15 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		Owns(&discoveryv1.EndpointSlice{}).
 		Watches(&v1.LanePlacement{}, laneOf).
 		Watches(&v1.MacNode{}, lanesOnNode, builder.WithPredicates(ServingChanges)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}).
 		Complete(c)
 }
+
+// MaxConcurrentReconciles: a lane's reconcile waits on the API server (its Service, its
+// EndpointSlice), and lanes are independent of each other; with one worker, a burst of lanes
+// waited in line for their Services (make scale saw the last ones created minutes after their
+// placements were Ready).
+const MaxConcurrentReconciles = 4
 
 // ServingChanges passes a MacNode event only if it changes what the lanes' EndpointSlices are
 // made of: the node's addresses, serving port or health (a lost node leaves at once). The
