@@ -77,11 +77,15 @@ type Controller struct {
 	mu sync.Mutex
 	// wrote is when each lane's status was last written.
 	wrote map[types.NamespacedName]time.Time
+	// switched is when each lane's switch to a new vector space was written (or, after a
+	// restart, first seen): its old placements drain until SwitchDrain after it.
+	switched map[types.NamespacedName]time.Time
 }
 
 // NewController returns the placement controller.
 func NewController(clk clock.PassiveClock, kube client.Client, recorder events.EventRecorder) *Controller {
-	return &Controller{clk: clk, kube: kube, recorder: recorder, fleet: newFleet(clk), wrote: map[types.NamespacedName]time.Time{}}
+	return &Controller{clk: clk, kube: kube, recorder: recorder, fleet: newFleet(clk), wrote: map[types.NamespacedName]time.Time{},
+		switched: map[types.NamespacedName]time.Time{}}
 }
 
 // Name of the controller.
@@ -116,6 +120,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			c.fleet.forgetLane(req.NamespacedName)
 			c.mu.Lock()
 			delete(c.wrote, req.NamespacedName)
+			delete(c.switched, req.NamespacedName)
 			c.mu.Unlock()
 			metrics.UnplaceableLanes.DeletePartialMatch(map[string]string{"namespace": req.Namespace, "lane": req.Name})
 		}
@@ -153,8 +158,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	var res reconcile.Result
 	if pl.switched {
-		// The old placements retire once the switch is written; the next pass sees it.
-		res.RequeueAfter = SwitchSettle
+		// The old placements retire once the switch is written and has drained.
+		res.RequeueAfter = SwitchDrain
+	}
+	if pl.drainWait > 0 {
+		res.RequeueAfter = pl.drainWait
 	}
 	if !equality.Semantic.DeepEqual(stored.Status, lane.Status) {
 		if wait := c.statusWait(req.NamespacedName, &stored.Status, &lane.Status); wait > 0 {
@@ -174,14 +182,42 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		c.mu.Lock()
 		c.wrote[req.NamespacedName] = c.clk.Now()
+		if pl.switched {
+			c.switched[req.NamespacedName] = c.clk.Now()
+		}
 		c.mu.Unlock()
 	}
 	return res, nil
 }
 
-// SwitchSettle is how soon a lane whose vector space was just switched is reconciled again to
-// retire the old space's placements.
-const SwitchSettle = time.Second
+// SwitchDrain is how long the placements of a lane's old vector space keep answering after the
+// lane switched to the new one, before they retire: the lane's EndpointSlice lists only the new
+// once the endpoints controller has followed the switch, but a client (kube-proxy, a mesh, a
+// client-side balancer) acts on the slice it last saw for a moment longer, and a call it sends
+// to an old placement then is answered in the old space, as it was sent, rather than refused
+// lane_retired. It plays the part a Pod's termination grace and preStop delay play for a
+// Deployment's rollout.
+const SwitchDrain = 5 * time.Second
+
+// switchedAt is when the lane's switch to its vector space was written; a switch this
+// controller did not write (it restarted since) drains from now.
+func (c *Controller) switchedAt(lane types.NamespacedName) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.switched[lane]
+	if !ok {
+		at = c.clk.Now()
+		c.switched[lane] = at
+	}
+	return at
+}
+
+// drained forgets a lane's switch once its old placements have retired.
+func (c *Controller) drained(lane types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.switched, lane)
+}
 
 // statusWait is how long a status write must wait to be coalesced with the next: zero when it
 // says something placement decided, or the lane's last write is StatusInterval old.

@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,8 +62,9 @@ type plan struct {
 	// newTarget is how many current placements the rollout allows now.
 	newTarget int
 	// switched: this reconcile switched the lane to the new vector space; the old placements
-	// retire once that is written.
-	switched bool
+	// retire once that is written and SwitchDrain has passed (drainWait is what is left).
+	switched  bool
+	drainWait time.Duration
 	// editsPending: a placement has not been written the lane's latest in-place fields yet, or
 	// its agent has not reported its latest generation.
 	editsPending bool
@@ -226,9 +228,10 @@ func (c *Controller) roll(ctx context.Context, lane *v1.CatalogLane, identity *v
 		pl.strategy = v1.LaneReasonBlueGreen
 	}
 	// Old placements of a space the lane no longer answers in (an earlier rollout's) serve
-	// nothing: they go.
+	// nothing: they go. Once the lane answers in the new space, the old space's drain first
+	// (below).
 	for _, o := range pl.old {
-		if o.space != pl.space {
+		if o.space != pl.space && pl.space != newSpace {
 			if err := c.retire(ctx, o); err != nil {
 				return err
 			}
@@ -270,16 +273,23 @@ func (c *Controller) roll(ctx context.Context, lane *v1.CatalogLane, identity *v
 	}
 
 	if blueGreen {
-		// After the switch: the old are no endpoints any more. They retire once the switch is
-		// written (the endpoints controller follows the lane's status).
-		if lane.Status.VectorSpaceID == newSpace {
-			for _, o := range pl.old {
-				if err := c.retire(ctx, o); err != nil {
-					return err
-				}
+		// After the switch: the old are no endpoints any more (the endpoints controller follows
+		// the lane's status). They retire once the switch is written and has drained.
+		pl.newTarget = want
+		if lane.Status.VectorSpaceID != newSpace {
+			return nil
+		}
+		key := client.ObjectKeyFromObject(lane)
+		if wait := SwitchDrain - c.clk.Since(c.switchedAt(key)); wait > 0 {
+			pl.drainWait = wait
+			return nil
+		}
+		for _, o := range pl.old {
+			if err := c.retire(ctx, o); err != nil {
+				return err
 			}
 		}
-		pl.newTarget = want
+		c.drained(key)
 		return nil
 	}
 

@@ -17,12 +17,15 @@ limitations under the License.
 package placement_test
 
 import (
+	"time"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
@@ -228,7 +231,7 @@ var _ = Describe("Lane edits", func() {
 	})
 
 	Context("when the identity moves to another vector space", func() {
-		It("should bring the new space up beside the old, switch the lane's space once, then retire the old", func() {
+		It("should bring the new space up beside the old, switch the lane's space once, then retire the old once they drained", func() {
 			id := newIdentity()
 			newNode()
 			newNode()
@@ -256,6 +259,16 @@ var _ = Describe("Lane edits", func() {
 			lane = reconcileLane(lane)
 			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"), "switched in one write")
 			Expect(placements(lane)).To(HaveLen(2), "the old retire only once the switch is written")
+			// The old keep answering clients that act on the slice they saw before the switch,
+			// for SwitchDrain after it, on the controller's clock.
+			lane = reconcileLane(lane)
+			Expect(placements(lane)).To(HaveLen(2), "the old drain before they retire")
+			clk.Step(placement.SwitchDrain - time.Millisecond)
+			res, err := controller.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.RequeueAfter).To(Equal(time.Millisecond), "the lane comes back when the drain ends")
+			Expect(placements(lane)).To(HaveLen(2), "the old drain until SwitchDrain has passed")
+			clk.Step(time.Millisecond)
 			lane = reconcileLane(lane)
 			Expect(placements(lane)).To(HaveLen(1))
 			Expect(placements(lane)).To(HaveKey(fresh.Spec.Node))
