@@ -166,6 +166,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if !equality.Semantic.DeepEqual(stored.Status, lane.Status) {
 		if wait := c.statusWait(req.NamespacedName, &stored.Status, &lane.Status); wait > 0 {
+			if res.RequeueAfter > 0 {
+				wait = min(wait, res.RequeueAfter)
+			}
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
 		if stored.Status.Conditions == nil || meta.IsStatusConditionTrue(stored.Status.Conditions, v1.LaneConditionPlaced) != meta.IsStatusConditionTrue(lane.Status.Conditions, v1.LaneConditionPlaced) {

@@ -277,6 +277,54 @@ var _ = Describe("Lane edits", func() {
 			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonRolloutComplete))
 		})
 
+		It("should drain the old space anew, never retire it at once, when a restarted controller finds the switch written", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			lane := reconcileLane(newLane(id, 1))
+			reportAll(lane, v1.PhaseReady)
+			lane = settle(lane)
+			next := sibling(id, "gte-v2")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
+			lane = reconcileLane(lane)
+			for _, p := range placements(lane) {
+				if p.Spec.Identity == next.Name {
+					report(p, v1.PhaseReady)
+				}
+			}
+			lane = reconcileLane(lane)
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
+			clk.Step(placement.SwitchDrain) // the old controller's drain would be over
+
+			// A new controller (a restart, a new leader) knows nothing of when the switch was written.
+			restarted := placement.NewController(clk, kube, recorder)
+			// It learns the fleet as its informers would: every object once.
+			var nodes v1.MacNodeList
+			var ps v1.LanePlacementList
+			var ids v1.CertifiedIdentityList
+			Expect(kube.List(ctx, &nodes)).To(Succeed())
+			Expect(kube.List(ctx, &ps)).To(Succeed())
+			Expect(kube.List(ctx, &ids)).To(Succeed())
+			for i := range nodes.Items {
+				restarted.Observe(&nodes.Items[i])
+			}
+			for i := range ps.Items {
+				restarted.Observe(&ps.Items[i])
+			}
+			for i := range ids.Items {
+				restarted.Observe(&ids.Items[i])
+			}
+			key := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)}
+			res, err := restarted.Reconcile(ctx, key)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(placements(lane)).To(HaveLen(2), "the old drain from when the switch is seen")
+			Expect(res.RequeueAfter).To(Equal(placement.SwitchDrain))
+			clk.Step(placement.SwitchDrain)
+			_, err = restarted.Reconcile(ctx, key)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(placements(lane)).To(HaveLen(1))
+		})
+
 		It("should keep the old space answering and say why when the new cannot be placed beside it", func() {
 			id := newIdentity()
 			n := newNode()
