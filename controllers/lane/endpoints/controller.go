@@ -341,17 +341,32 @@ func lost(node *v1.MacNode) bool {
 	return c != nil && c.Status != metav1.ConditionTrue
 }
 
-// slices writes one EndpointSlice per serving port and deletes the ones no longer needed.
+// slices writes one EndpointSlice per serving port and deletes the ones no longer needed. The
+// ones no longer needed go first: when a lane's vector space switches from placements serving
+// on one port to placements serving on another (Macs that do not share a port), a client
+// reading the slices between the two writes then sees no endpoint for a moment, never the old
+// space's beside the new one's. Where the Macs share a port (a fleet's usual setup) the switch
+// is one update of one slice.
 func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort map[int32][]endpoint) error {
 	var existing discoveryv1.EndpointSliceList
 	if err := c.kube.List(ctx, &existing, client.InNamespace(lane.Namespace),
 		client.MatchingLabels{discoveryv1.LabelServiceName: lane.Name, discoveryv1.LabelManagedBy: ManagedBy}); err != nil {
 		return err
 	}
+	sliceName := func(port int32) string { return fmt.Sprintf("%s-%d", lane.Name, port) }
 	wanted := map[string]bool{}
+	for port := range byPort {
+		wanted[sliceName(port)] = true
+	}
+	for _, s := range existing.Items {
+		if !wanted[s.Name] && strings.HasPrefix(s.Name, lane.Name+"-") {
+			if err := c.kube.Delete(ctx, &s); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+	}
 	for port, addrs := range byPort {
-		name := fmt.Sprintf("%s-%d", lane.Name, port)
-		wanted[name] = true
+		name := sliceName(port)
 		slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: lane.Namespace}}
 		_, err := controllerutil.CreateOrPatch(ctx, c.kube, slice, func() error {
 			slice.Labels = map[string]string{discoveryv1.LabelServiceName: lane.Name, discoveryv1.LabelManagedBy: ManagedBy, v1.LabelLane: lane.Name}
@@ -371,13 +386,6 @@ func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort ma
 		}
 		if err != nil {
 			return err
-		}
-	}
-	for _, s := range existing.Items {
-		if !wanted[s.Name] && strings.HasPrefix(s.Name, lane.Name+"-") {
-			if err := c.kube.Delete(ctx, &s); client.IgnoreNotFound(err) != nil {
-				return err
-			}
 		}
 	}
 	return nil

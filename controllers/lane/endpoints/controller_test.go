@@ -17,6 +17,7 @@ limitations under the License.
 package endpoints_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
@@ -219,6 +221,60 @@ var _ = Describe("Endpoints", func() {
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.42"}}))
 		Expect(kube.Get(ctx, client.ObjectKeyFromObject(slice), slice)).To(Succeed())
 		Expect(slice.Generation).To(Equal(before+1), "the switch is one update of the slice")
+	})
+
+	It("should never list two vector spaces at once when the spaces serve on different ports: the old space's slice goes before the new one's is written", func() {
+		seq++
+		lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gte-%d", seq), Namespace: "default"},
+			Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
+				Rungs: []v1.Rung{128}, Replicas: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+		Expect(kube.Create(ctx, lane)).To(Succeed())
+		for space, n := range map[string]*v1.MacNode{"gte-v1": node("192.0.2.43", 8081), "gte-v2": node("192.0.2.44", 8082)} {
+			p := &v1.LanePlacement{
+				ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-" + n.Name, Namespace: lane.Namespace, Labels: map[string]string{v1.LabelLane: lane.Name, v1.LabelNode: n.Name}},
+				Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: n.Name, Identity: "gte-" + space, VectorSpaceID: space, Task: v1.TaskEmbed, Device: v1.DeviceANE,
+					Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30},
+			}
+			Expect(kube.Create(ctx, p)).To(Succeed())
+			p.Status.Phase = v1.PhaseReady
+			Expect(kube.Status().Update(ctx, p)).To(Succeed())
+		}
+		// The slices' writes, in order, as the API server receives them.
+		var writes []string
+		record := func(verb string, o client.Object) {
+			if _, ok := o.(*discoveryv1.EndpointSlice); ok {
+				writes = append(writes, verb+" "+o.GetName())
+			}
+		}
+		watched := interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
+				record("create", o)
+				return c.Create(ctx, o, opts...)
+			},
+			Patch: func(ctx context.Context, c client.WithWatch, o client.Object, p client.Patch, opts ...client.PatchOption) error {
+				record("patch", o)
+				return c.Patch(ctx, o, p, opts...)
+			},
+			Delete: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
+				record("delete", o)
+				return c.Delete(ctx, o, opts...)
+			},
+		})
+		setSpace := func(space string) {
+			GinkgoHelper()
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), lane)).To(Succeed())
+			lane.Status.VectorSpaceID = space
+			Expect(kube.Status().Update(ctx, lane)).To(Succeed())
+			_, err := endpoints.NewController(clk, watched, policy).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		setSpace("gte-v1")
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8081: {"192.0.2.43"}}))
+		writes = nil
+		setSpace("gte-v2")
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8082: {"192.0.2.44"}}))
+		Expect(writes).To(Equal([]string{"delete " + lane.Name + "-8081", "create " + lane.Name + "-8082"}),
+			"the old space leaves before the new arrives: no moment lists both")
 	})
 
 	Context("when a node is lost", func() {
