@@ -70,8 +70,8 @@ type Controller struct {
 	namespace string
 }
 
-// NewController returns the controller; the CA's Secret is read (uncached, by reader) and
-// written in namespace.
+// NewController returns the controller; the CA's Secret (in namespace) and the requesters'
+// MacNodes are read uncached, by reader.
 func NewController(clk clock.PassiveClock, kube client.Client, reader client.Reader, namespace string) *Controller {
 	return &Controller{clk: clk, kube: kube, reader: reader, namespace: namespace}
 }
@@ -109,8 +109,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	var node *v1.MacNode
 	if name := NodeOf(csr); name != "" {
+		// Read from the API server, not the cache: an agent asks for its certificate as soon as
+		// its MacNode reports its address, and a cache a moment behind would deny it.
 		node = &v1.MacNode{}
-		if err := c.kube.Get(ctx, client.ObjectKey{Name: name}, node); apierrors.IsNotFound(err) {
+		if err := c.reader.Get(ctx, client.ObjectKey{Name: name}, node); apierrors.IsNotFound(err) {
 			node = nil
 		} else if err != nil {
 			return reconcile.Result{}, err

@@ -26,6 +26,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -107,9 +108,23 @@ type Config struct {
 	// Auth lets calls into the HTTP API (apiauth.Delegating; apiauth.Anonymous only when asked
 	// for). Without it no call but the probes is let in. Its metrics, if it has any, are served
 	// with the agent's.
-	Auth  httpapi.Auth
+	Auth httpapi.Auth
+	// TLS is where the HTTP API's serving certificate comes from (servingcert): the API is
+	// served over TLS only, and only once the first certificate is there. nil serves plain
+	// HTTP, which only an explicit --tls=none asks for (a development fleet).
+	TLS   ServingCertificate
 	Clock clock.WithTicker
 	Log   logr.Logger
+}
+
+// ServingCertificate is the HTTP API's TLS serving certificate (servingcert.Auto, servingcert.Files).
+type ServingCertificate interface {
+	// Obtain starts obtaining the certificate (and keeping it fresh until ctx ends) and returns,
+	// within a bounded wait, once the first one is there. reported says whether the node's
+	// MacNode reports the agent's address yet: a signer approves only addresses it reports.
+	Obtain(ctx context.Context, reported func() bool) error
+	// GetCertificate is a TLS server's: every new connection gets the current certificate.
+	GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 }
 
 // Agent is one node's agent.
@@ -166,8 +181,10 @@ func New(cfg Config) *Agent {
 	a.serve = serving.New(serving.Supervised(a.sup), cfg.Clock)
 	a.api = httpapi.New(httpapi.Config{Node: cfg.NodeName, Catalog: a, Runner: a.serve, Clock: cfg.Clock, Registry: a.registry,
 		Auth: cfg.Auth, Log: cfg.Log.WithName("api")})
-	if c, ok := cfg.Auth.(prometheus.Collector); ok {
-		a.registry.MustRegister(c)
+	for _, m := range []any{cfg.Auth, cfg.TLS} {
+		if c, ok := m.(prometheus.Collector); ok {
+			a.registry.MustRegister(c)
+		}
 	}
 	a.probeRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "synapse_agent_placement_probe_ratio",
 		Help: "Device over CPU-reference time of the runtime placement probe, by lane, rung and source (measured, or simulated by the sim backend: configured, not measured); above 0.8 the lane fails."},
@@ -255,16 +272,26 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 
 	limits := httpapi.DefaultServerLimits()
 	srv := httpapi.NewHTTPServer(a.api, limits)
-	for _, ln := range lns {
-		go func() {
-			if err := srv.Serve(httpapi.LimitListener(ln, limits)); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				select {
-				case errs <- fmt.Errorf("http on %s: %w", ln.Addr(), err):
-				default: // another listener's failure is already stopping the agent
-				}
-				cancel()
+	apiSrv := newAPIServer(srv, lns, limits, a.cfg.TLS, func(err error) {
+		select {
+		case errs <- err:
+		default: // another listener's failure is already stopping the agent
+		}
+		cancel()
+	})
+	if a.cfg.TLS == nil {
+		apiSrv.serve()
+	} else {
+		// The listeners are open (the MacNode reports their port) but answer nothing until the
+		// certificate is there: a caller's connection waits in the backlog rather than failing
+		// its handshake.
+		goRun("serving certificate", func(ctx context.Context) error {
+			if err := a.cfg.TLS.Obtain(ctx, a.reportsAddress); err != nil {
+				return err
 			}
-		}()
+			apiSrv.serve()
+			return nil
+		})
 	}
 	// The admin API, on its own server: never on the API's listeners.
 	adminSrv := &http.Server{Handler: httpapi.NewAdmin(a, a.cfg.Log.WithName("admin")), ReadHeaderTimeout: 10 * time.Second}
@@ -301,7 +328,7 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 	a.drain(shutdown, mgr.GetAPIReader())
 	stopMgr()
 	<-mgrDone
-	_ = srv.Shutdown(shutdown)
+	_ = apiSrv.shutdown(shutdown)
 	_ = adminSrv.Shutdown(shutdown)
 	a.retireAll(shutdown)
 	a.sayStopped(shutdown)

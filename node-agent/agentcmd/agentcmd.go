@@ -48,6 +48,7 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/convert"
 	"github.com/ck-synapse/synapse-fleet/node-agent/httpapi"
+	"github.com/ck-synapse/synapse-fleet/node-agent/servingcert"
 	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
 )
 
@@ -57,6 +58,8 @@ type options struct {
 	listen                                              []string
 	artifactRoot, chipFamily, certifyObservation        string
 	auth, authAudience, adminSocket                     string
+	tls, tlsCertFile, tlsKeyFile, tlsDir                string
+	tlsWait                                             time.Duration
 	labels                                              map[string]string
 	simScale                                            float64
 	budget                                              int
@@ -72,7 +75,7 @@ func NewCommand() *cobra.Command {
 		Short: "The Synapse Fleet node agent: serves a Mac's lanes on its Neural Engine",
 		Long: `synapse-agent runs on each Mac of the fleet. It registers the node's MacNode, renews its
 Lease, loads the lanes of the LanePlacements bound to it into worker processes, serves
-/v1/embeddings and /v1/rerank over HTTP, and reports everything back to the cluster.
+/v1/embeddings and /v1/rerank over HTTPS (a certificate from the cluster's signer), and reports everything back to the cluster.
 
 The sim backend runs anywhere and stands in for the Neural Engine; it must be asked for
 explicitly (--backend sim): an agent never switches to it on its own.`,
@@ -105,6 +108,12 @@ explicitly (--backend sim): an agent never switches to it on its own.`,
 	f.StringVar(&o.auth, "auth", "kubernetes", "how API calls are let in: kubernetes (a bearer token the API server accepts for --auth-audience, and RBAC on cataloglanes/embeddings or cataloglanes/rerank) or none (every caller, as anonymous: a development fleet only)")
 	f.StringVar(&o.adminSocket, "admin-socket", "", "the Unix socket the admin API (POST /admin/pause, /admin/resume) is served on, to the agent's user only (default <state-dir>/admin.sock); never on --listen")
 	f.StringVar(&o.authAudience, "auth-audience", apiauth.DefaultAudience, "the audience a caller's token must be issued for")
+	f.StringVar(&o.tls, "tls", "auto", "how the HTTP API is encrypted: auto (a serving certificate for the node's name and --advertise-address from the cluster's signer "+
+		servingcert.SignerName+", renewed before it expires), files (--tls-cert-file and --tls-key-file, read at start) or none (plain HTTP: a development fleet only)")
+	f.StringVar(&o.tlsCertFile, "tls-cert-file", "", "--tls=files: the serving certificate (PEM, the leaf first)")
+	f.StringVar(&o.tlsKeyFile, "tls-key-file", "", "--tls=files: the serving certificate's key (PEM)")
+	f.StringVar(&o.tlsDir, "tls-cert-dir", "", "--tls=auto: where the serving certificate and its key are kept across restarts (default <state-dir>/pki)")
+	f.DurationVar(&o.tlsWait, "tls-wait-timeout", servingcert.DefaultWaitTimeout, "--tls=auto: how long the agent waits for its first serving certificate before it exits saying what became of its request")
 	gf := flag.NewFlagSet("", flag.ContinueOnError)
 	zapOpts.BindFlags(gf)
 	f.AddGoFlagSet(gf)
@@ -196,6 +205,10 @@ func run(cmd *cobra.Command, o options) error {
 	if err != nil {
 		return err
 	}
+	cert, err := servingCertificate(o, restConfig, clk, log)
+	if err != nil {
+		return err
+	}
 	host := workerhost.New(workerhost.Config{Binary: o.workerBinary, Backend: o.backend, SigningIdentifier: o.signingID, BinaryDigest: digest, StateDir: o.stateDir, SimScale: o.simScale,
 		Log: log.WithName("worker"), Clock: clk})
 	a := agent.New(agent.Config{
@@ -204,7 +217,7 @@ func run(cmd *cobra.Command, o options) error {
 		ArtifactRoot: o.artifactRoot, ChipFamily: family, ConverterVersion: converter,
 		Budget: o.budget, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval, Address: o.advertise, Listen: o.listen, Host: host, LockPath: o.lockPath, Clock: clk, Log: log,
 		CertifyObservation: o.certifyObservation,
-		Auth:               auth, AdminSocket: o.adminSocket,
+		Auth:               auth, AdminSocket: o.adminSocket, TLS: cert,
 	})
 	ctx, cancel := context.WithCancel(ctrl.SetupSignalHandler())
 	defer cancel()
@@ -233,6 +246,36 @@ func apiAuth(o options, restConfig *rest.Config, clk clock.PassiveClock, log log
 		return apiauth.Anonymous{}, nil
 	}
 	return nil, fmt.Errorf("--auth must be kubernetes or none, got %q", o.auth)
+}
+
+// servingCertificate is where the HTTP API's certificate comes from: the cluster's signer
+// (asked as the node's own identity), files, or, only when asked for, nowhere (plain HTTP).
+func servingCertificate(o options, restConfig *rest.Config, clk clock.WithTicker, log logr.Logger) (agent.ServingCertificate, error) {
+	if o.tls != "files" && (o.tlsCertFile != "" || o.tlsKeyFile != "") {
+		return nil, errors.New("--tls-cert-file and --tls-key-file are for --tls=files")
+	}
+	switch o.tls {
+	case "auto":
+		cs, err := kubernetes.NewForConfig(restConfig)
+		if err != nil {
+			return nil, err
+		}
+		dir := o.tlsDir
+		if dir == "" {
+			dir = filepath.Join(o.stateDir, "pki")
+		}
+		return servingcert.New(servingcert.Config{Node: o.nodeName, Addresses: []string{o.advertise}, Client: cs, Dir: dir,
+			WaitTimeout: o.tlsWait, Clock: clk, Log: log.WithName("tls")})
+	case "files":
+		if o.tlsCertFile == "" || o.tlsKeyFile == "" {
+			return nil, errors.New("--tls=files needs --tls-cert-file and --tls-key-file")
+		}
+		return servingcert.LoadFiles(o.tlsCertFile, o.tlsKeyFile)
+	case "none":
+		log.Info("the HTTP API is served as plain HTTP (--tls=none): callers' tokens and data cross the network unencrypted; use this for a development fleet only")
+		return nil, nil
+	}
+	return nil, fmt.Errorf("--tls must be auto, files or none, got %q", o.tls)
 }
 
 // platformOf is the machine the node reports. The ane backend reads the real macOS build; the

@@ -60,11 +60,20 @@ import (
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements/status,verbs=get;update;patch
 
 const (
-	// ServicePort is the lane Service's port; it forwards to each node's serving port.
-	ServicePort = 80
+	// ServicePort is the lane Service's port, HTTPS's; it forwards to each node's serving port.
+	ServicePort = 443
+	// PortName names the port in the Service and its EndpointSlices, which kube-proxy matches
+	// by name.
+	PortName = "https"
 	// ManagedBy marks the Services (label ServiceManagedByLabel) and EndpointSlices (label
 	// discoveryv1.LabelManagedBy) this controller creates; the manager caches only those.
 	ManagedBy = "synapse-controller.fleet.synapse.dev"
+	// AppProtocol says the port speaks HTTP over TLS (the agents serve their API with a
+	// certificate from the fleet's signer). An un-prefixed appProtocol is an IANA service name
+	// (RFC 6335), and "https" is HTTP over TLS's: see the field's documentation in
+	// kubernetes/api, core/v1/types.go (ServicePort.AppProtocol) and discovery/v1/types.go
+	// (EndpointPort.AppProtocol).
+	AppProtocol = "https"
 	// ServiceManagedByLabel is the label that carries ManagedBy on a lane's Service.
 	ServiceManagedByLabel = "app.kubernetes.io/managed-by"
 )
@@ -220,7 +229,7 @@ func (c *Controller) desiredService(lane *v1.CatalogLane, svc *corev1.Service) e
 	svc.Labels[ServiceManagedByLabel] = ManagedBy
 	// No selector: the endpoints are Macs, not Pods; this controller writes them.
 	svc.Spec.Selector = nil
-	svc.Spec.Ports = []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: ServicePort, TargetPort: intstr.FromString("http")}}
+	svc.Spec.Ports = []corev1.ServicePort{{Name: PortName, Protocol: corev1.ProtocolTCP, AppProtocol: ptr.To(AppProtocol), Port: ServicePort, TargetPort: intstr.FromString(PortName)}}
 	if ref := metav1.GetControllerOf(svc); ref != nil && ref.UID != lane.UID {
 		svc.OwnerReferences = slices.DeleteFunc(svc.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == ref.UID })
 	}
@@ -371,7 +380,7 @@ func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort ma
 		_, err := controllerutil.CreateOrPatch(ctx, c.kube, slice, func() error {
 			slice.Labels = map[string]string{discoveryv1.LabelServiceName: lane.Name, discoveryv1.LabelManagedBy: ManagedBy, v1.LabelLane: lane.Name}
 			slice.AddressType = discoveryv1.AddressTypeIPv4
-			slice.Ports = []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)}}
+			slice.Ports = []discoveryv1.EndpointPort{{Name: ptr.To(PortName), Protocol: ptr.To(corev1.ProtocolTCP), AppProtocol: ptr.To(AppProtocol), Port: ptr.To(port)}}
 			var eps []discoveryv1.Endpoint
 			for _, a := range addrs {
 				eps = append(eps, discoveryv1.Endpoint{Addresses: []string{a.address},

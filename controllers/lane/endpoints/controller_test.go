@@ -160,6 +160,17 @@ var _ = Describe("Endpoints", func() {
 		Expect(svc.Spec.Selector).To(BeEmpty())
 		Expect(svc.Spec.Ports[0].Port).To(BeEquivalentTo(endpoints.ServicePort))
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.1"}, 9090: {"192.0.2.3"}}))
+		// The port says it is TLS, in the Service and in every slice, under the name kube-proxy
+		// matches them by.
+		Expect(svc.Spec.Ports[0].AppProtocol).To(HaveValue(Equal("https")))
+		var slices discoveryv1.EndpointSliceList
+		Expect(kube.List(ctx, &slices, client.InNamespace(lane.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: lane.Name})).To(Succeed())
+		Expect(slices.Items).To(HaveLen(2))
+		for _, s := range slices.Items {
+			Expect(s.Ports).To(HaveLen(1))
+			Expect(s.Ports[0].AppProtocol).To(HaveValue(Equal("https")))
+			Expect(s.Ports[0].Name).To(HaveValue(Equal(svc.Spec.Ports[0].Name)))
+		}
 
 		// A placement that stops being Ready leaves the endpoints.
 		pa.Status.Phase = v1.PhaseFailed

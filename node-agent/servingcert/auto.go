@@ -1,0 +1,274 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package servingcert is where the agent's HTTP API gets its TLS serving certificate: from the
+// cluster's CSR API under the fleet's own signer, rotated before it expires by client-go's
+// certificate manager, as a kubelet gets its serving certificate (Auto); or from files an
+// administrator provides (Files).
+package servingcert
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/certificate"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// SignerName is the fleet's signer of agent serving certificates, whose approver and signer is
+// synapse-controller (controllers/agentcert): it issues a node only its own name and addresses.
+const SignerName = "fleet.synapse.dev/agent-serving"
+
+const (
+	// DefaultWaitTimeout bounds the wait for the first certificate: the request is judged as
+	// soon as the controller sees it, so minutes without one mean no approver is running or the
+	// request was denied.
+	DefaultWaitTimeout = 2 * time.Minute
+	// ProgressInterval is how often a wait for the first certificate says what it waits for.
+	ProgressInterval = 15 * time.Second
+)
+
+// usages are a TLS server's, for the ECDSA key the manager generates (no key encipherment:
+// client-go's DefaultKubeletServingGetUsages asks the same of an ECDSA key).
+var usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
+
+// Config configures an Auto source.
+type Config struct {
+	// Node is the node's name: the certificate's subject (CN=<node>) and its DNS name.
+	Node string
+	// Addresses are the IP addresses the node advertises (its MacNode's InternalIP), which the
+	// certificate names beside the node's name.
+	Addresses []string
+	// Client is the node's own identity: the signer approves only a request it made.
+	Client kubernetes.Interface
+	// Dir keeps the certificate and its key across restarts (client-go's file store, as the
+	// kubelet's pki directory); "" keeps them in memory.
+	Dir string
+	// Lifetime is asked of the signer (spec.expirationSeconds; 0: the signer's default).
+	Lifetime time.Duration
+	// WaitTimeout bounds the wait for the first certificate (DefaultWaitTimeout if zero).
+	WaitTimeout time.Duration
+	Clock       clock.WithTicker
+	Log         logr.Logger
+}
+
+// Auto obtains the serving certificate through the CSR API and keeps it fresh: client-go's
+// certificate manager requests a new one at 70 to 90% of the current one's lifetime (jittered,
+// so a fleet started together does not rotate together), and GetCertificate hands every new
+// TLS connection the current one, so a rotation needs no restart of the listener.
+type Auto struct {
+	cfg      Config
+	client   *recordingClient
+	store    certificate.Store
+	template *x509.CertificateRequest
+
+	mu sync.Mutex
+	// reported says whether the node's MacNode reports its addresses yet; the template is
+	// withheld until it does, since the signer approves only addresses the MacNode reports.
+	reported func() bool
+	open     bool // latched once reported
+
+	manager atomic.Pointer[certificate.Manager]
+	// latest is the last certificate stored; issued is signalled each time one is.
+	latest atomic.Pointer[tls.Certificate]
+	issued chan struct{}
+
+	expiry   prometheus.Gauge
+	failures prometheus.Counter
+}
+
+// New returns an Auto source; Obtain starts it.
+func New(cfg Config) (*Auto, error) {
+	if cfg.Node == "" || cfg.Client == nil || cfg.Clock == nil {
+		return nil, errors.New("servingcert: a node name, a client and a clock are required")
+	}
+	if cfg.WaitTimeout == 0 {
+		cfg.WaitTimeout = DefaultWaitTimeout
+	}
+	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: cfg.Node}, DNSNames: []string{cfg.Node}}
+	for _, a := range cfg.Addresses {
+		ip := net.ParseIP(a)
+		if ip == nil {
+			return nil, fmt.Errorf("servingcert: %q is not an IP address", a)
+		}
+		tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+	}
+	s := &Auto{cfg: cfg, template: tmpl, issued: make(chan struct{}, 1),
+		expiry: prometheus.NewGauge(prometheus.GaugeOpts{Name: "synapse_agent_serving_certificate_expiration_timestamp_seconds",
+			Help: "When the HTTP API's current serving certificate expires (Unix time); it is renewed at 70 to 90% of its lifetime."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "synapse_agent_serving_certificate_renewal_failures_total",
+			Help: "Attempts to obtain a serving certificate that failed (the request could not be made, was denied, or was not signed in time)."}),
+	}
+	s.client = &recordingClient{Interface: cfg.Client}
+	var inner certificate.Store = &memoryStore{}
+	if cfg.Dir != "" {
+		fs, err := newFileStore(cfg.Dir, cfg.Log)
+		if err != nil {
+			return nil, err
+		}
+		inner = fs
+	}
+	s.store = &notifyingStore{Store: inner, onUpdate: s.stored}
+	return s, nil
+}
+
+// Obtain starts obtaining the certificate, and renewing it until ctx ends, once reported says
+// the node's MacNode reports its addresses; it returns when the first certificate is there (at
+// once if the store holds a valid one), or after the wait timeout with a *NotIssuedError that
+// says what became of the request.
+func (s *Auto) Obtain(ctx context.Context, reported func() bool) error {
+	s.mu.Lock()
+	s.reported = reported
+	s.mu.Unlock()
+	// The manager logs through the context's logger (klog's contextual logging).
+	mctx := klog.NewContext(ctx, s.cfg.Log)
+	m, err := certificate.NewManager(&certificate.Config{
+		ClientsetFn:                  func(*tls.Certificate) (kubernetes.Interface, error) { return s.client, nil },
+		GetTemplate:                  s.currentTemplate,
+		SignerName:                   SignerName,
+		Usages:                       usages,
+		RequestedCertificateLifetime: lifetime(s.cfg.Lifetime),
+		CertificateStore:             s.store,
+		CertificateRenewFailure:      s.failures,
+		Name:                         "serving-certificate",
+		Ctx:                          &mctx,
+	})
+	if err != nil {
+		return fmt.Errorf("the serving certificate's manager: %w", err)
+	}
+	s.manager.Store(&m)
+	if c := m.Current(); c != nil {
+		s.expiry.Set(float64(c.Leaf.NotAfter.Unix()))
+		s.cfg.Log.Info("serving with the stored certificate; it is renewed before it expires", "notAfter", c.Leaf.NotAfter.UTC())
+	}
+	m.Start()
+	return s.waitFirst(ctx)
+}
+
+func lifetime(d time.Duration) *time.Duration {
+	if d == 0 {
+		return nil
+	}
+	return &d
+}
+
+// currentTemplate is the manager's GetTemplate: nil (ask for nothing yet) until the node
+// reports its addresses.
+func (s *Auto) currentTemplate() *x509.CertificateRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.open {
+		if s.reported == nil || !s.reported() {
+			return nil
+		}
+		s.open = true
+	}
+	return s.template
+}
+
+// stored is called with every certificate the manager stores: the first, and each rotation.
+func (s *Auto) stored(c *tls.Certificate) {
+	s.latest.Store(c)
+	s.expiry.Set(float64(c.Leaf.NotAfter.Unix()))
+	s.cfg.Log.Info("a serving certificate was issued; new connections get it", "request", s.client.last(),
+		"notBefore", c.Leaf.NotBefore.UTC(), "notAfter", c.Leaf.NotAfter.UTC())
+	select {
+	case s.issued <- struct{}{}:
+	default:
+	}
+}
+
+// waitFirst waits until a certificate is there, saying every ProgressInterval what it waits
+// for, and at most the wait timeout.
+func (s *Auto) waitFirst(ctx context.Context) error {
+	if m := s.manager.Load(); m != nil && (*m).Current() != nil {
+		return nil
+	}
+	deadline := s.cfg.Clock.NewTimer(s.cfg.WaitTimeout)
+	defer deadline.Stop()
+	progress := s.cfg.Clock.NewTicker(ProgressInterval)
+	defer progress.Stop()
+	for {
+		select {
+		case <-s.issued:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the serving certificate: %w", ctx.Err())
+		case <-progress.C():
+			s.cfg.Log.Info("waiting for the serving certificate", "state", s.state(ctx))
+		case <-deadline.C():
+			s.failures.Inc()
+			return &NotIssuedError{Timeout: s.cfg.WaitTimeout, Request: s.client.last(), State: s.state(ctx)}
+		}
+	}
+}
+
+// errNoCertificate is a handshake's answer while there is no valid certificate (before the
+// first, or after the current one expired unrenewed).
+var errNoCertificate = errors.New("no valid serving certificate: the request to signer " + SignerName + " is not signed yet, or the last certificate expired unrenewed")
+
+// GetCertificate is the TLS server's: the manager's current certificate. The manager makes a
+// certificate current only after its store returns it, so in that instant (the first one
+// included) the one just stored is served, if it has not expired.
+func (s *Auto) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if m := s.manager.Load(); m != nil {
+		if c := (*m).Current(); c != nil {
+			return c, nil
+		}
+	}
+	if c := s.latest.Load(); c != nil && s.cfg.Clock.Now().Before(c.Leaf.NotAfter) {
+		return c, nil
+	}
+	return nil, errNoCertificate
+}
+
+// Describe and Collect make the source's metrics part of the agent's.
+func (s *Auto) Describe(ch chan<- *prometheus.Desc) {
+	s.expiry.Describe(ch)
+	s.failures.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (s *Auto) Collect(ch chan<- prometheus.Metric) {
+	s.expiry.Collect(ch)
+	s.failures.Collect(ch)
+}
+
+// NotIssuedError says that no certificate came within the wait, and what became of the request.
+type NotIssuedError struct {
+	Timeout time.Duration
+	// Request is the last certificate signing request made ("" if none was).
+	Request string
+	// State is what became of it.
+	State string
+}
+
+func (e *NotIssuedError) Error() string {
+	return fmt.Sprintf("no serving certificate from signer %s within %s: %s", SignerName, e.Timeout, e.State)
+}

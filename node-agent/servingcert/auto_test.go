@@ -1,0 +1,194 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package servingcert_test
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ck-synapse/synapse-fleet/controllers/agentcert"
+	"github.com/ck-synapse/synapse-fleet/node-agent/servingcert"
+)
+
+// obtain runs an Auto source of the node until the spec ends, and waits for its first
+// certificate.
+func obtain(cfg servingcert.Config) *servingcert.Auto {
+	GinkgoHelper()
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	cfg.Log = GinkgoLogr
+	s, err := servingcert.New(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(ctx)
+	DeferCleanup(cancel)
+	Expect(s.Obtain(ctx, func() bool { return true })).To(Succeed())
+	return s
+}
+
+// requestsOf lists the requests node's identity made.
+func requestsOf(node string) []certificatesv1.CertificateSigningRequest {
+	GinkgoHelper()
+	list, err := adminCS.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	var out []certificatesv1.CertificateSigningRequest
+	for _, csr := range list.Items {
+		if csr.Spec.Username == agentcert.NodeUserPrefix+node {
+			out = append(out, csr)
+		}
+	}
+	return out
+}
+
+var _ = Describe("An agent's serving certificate", func() {
+	It("should be issued by the fleet's signer for the node's name and address, and chain to the published bundle", func() {
+		name, identity := node("192.0.2.10")
+		ctl := agentcert.NewController(clock.RealClock{}, admin, admin, "default")
+		judge(func(csr *certificatesv1.CertificateSigningRequest) {
+			defer GinkgoRecover()
+			_, err := ctl.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(csr)})
+			Expect(err).NotTo(HaveOccurred())
+		})
+		s := obtain(servingcert.Config{Node: name, Addresses: []string{"192.0.2.10"}, Client: identity})
+		addr := serveTLS(s)
+
+		// As a client does: the CA bundle from the ClusterTrustBundle, the node's name expected.
+		ctb := &certificatesv1.ClusterTrustBundle{}
+		Expect(admin.Get(ctx, client.ObjectKey{Name: agentcert.TrustBundle}, ctb)).To(Succeed())
+		pool := x509.NewCertPool()
+		Expect(pool.AppendCertsFromPEM([]byte(ctb.Spec.TrustBundle))).To(BeTrue())
+		cert, err := served(addr, name, pool)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(cert.Subject.CommonName).To(Equal(name))
+		Expect(cert.DNSNames).To(Equal([]string{name}))
+		Expect(cert.IPAddresses).To(HaveLen(1))
+		Expect(cert.IPAddresses[0].String()).To(Equal("192.0.2.10"))
+		// Another node's name is not this certificate's.
+		_, err = served(addr, "mac-elsewhere", pool)
+		Expect(err).To(MatchError(ContainSubstring("certificate is valid for " + name)))
+		// One request, approved by the controller.
+		reqs := requestsOf(name)
+		Expect(reqs).To(HaveLen(1))
+		Expect(reqs[0].Status.Conditions[0].Reason).To(Equal(agentcert.ReasonApproved))
+	})
+
+	It("should rotate before expiry, new connections getting the new certificate on the same listener", func() {
+		name, identity := node("192.0.2.11")
+		ca := testCA()
+		// Certificates of 10 s: client-go's manager asks for the next one at 70 to 90% of that.
+		judge(shortLivedSigner(ca, 10*time.Second))
+		s := obtain(servingcert.Config{Node: name, Addresses: []string{"192.0.2.11"}, Client: identity})
+		addr := serveTLS(s)
+		pool := x509.NewCertPool()
+		pool.AddCert(ca.Cert)
+		first, err := served(addr, name, pool)
+		Expect(err).NotTo(HaveOccurred())
+
+		// The listener, never restarted, hands new connections the next certificate, which a
+		// client verifies as it did the first, and which was issued before the first expired.
+		var second *x509.Certificate
+		Eventually(func(g Gomega) {
+			var err error
+			second, err = served(addr, name, pool)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(second.SerialNumber).NotTo(Equal(first.SerialNumber))
+		}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+		Expect(second.DNSNames).To(Equal([]string{name}))
+		Expect(second.NotBefore).To(BeTemporally("<", first.NotAfter), "rotated only after the first expired")
+		Expect(second.PublicKey).NotTo(Equal(first.PublicKey), "a rotation brings a new key")
+		Expect(len(requestsOf(name))).To(BeNumerically(">=", 2))
+	})
+
+	It("should serve the certificate it kept after a restart, without a new request", func() {
+		name, identity := node("192.0.2.12")
+		ca := testCA()
+		judge(shortLivedSigner(ca, time.Hour))
+		dir := GinkgoT().TempDir()
+		first := obtain(servingcert.Config{Node: name, Addresses: []string{"192.0.2.12"}, Client: identity, Dir: dir})
+		before, err := first.GetCertificate(nil)
+		Expect(err).NotTo(HaveOccurred())
+
+		// The agent starts again: its MacNode does not report its address yet, so it could ask
+		// for nothing; it serves the stored certificate at once.
+		again, err := servingcert.New(servingcert.Config{Node: name, Addresses: []string{"192.0.2.12"}, Client: identity, Dir: dir,
+			Clock: clock.RealClock{}, Log: GinkgoLogr})
+		Expect(err).NotTo(HaveOccurred())
+		ctx, cancel := context.WithCancel(ctx)
+		DeferCleanup(cancel)
+		Expect(again.Obtain(ctx, func() bool { return false })).To(Succeed())
+		after, err := again.GetCertificate(nil)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(after.Leaf.SerialNumber).To(Equal(before.Leaf.SerialNumber))
+		Expect(requestsOf(name)).To(HaveLen(1))
+	})
+
+	DescribeTable("should give up after the wait timeout, saying what became of its request",
+		func(reported bool, deny bool, want string) {
+			name, identity := node("192.0.2.13")
+			if deny {
+				judge(func(csr *certificatesv1.CertificateSigningRequest) {
+					csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.CertificateDenied,
+						Status: corev1.ConditionTrue, Reason: "AgentServingDenied", Message: "IP address 192.0.2.13 is not one node reports", LastUpdateTime: metav1.Now()})
+					_, _ = adminCS.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
+				})
+			}
+			clk := clocktesting.NewFakeClock(time.Now())
+			s, err := servingcert.New(servingcert.Config{Node: name, Addresses: []string{"192.0.2.13"}, Client: identity, Clock: clk,
+				WaitTimeout: time.Minute, Log: GinkgoLogr})
+			Expect(err).NotTo(HaveOccurred())
+			ctx, cancel := context.WithCancel(ctx)
+			DeferCleanup(cancel)
+			done := make(chan error, 1)
+			go func() { done <- s.Obtain(ctx, func() bool { return reported }) }()
+
+			Eventually(clk.HasWaiters).Should(BeTrue())
+			if reported {
+				// The request is made, and judged if anything judges it, before the time is up.
+				Eventually(func(g Gomega) {
+					reqs := requestsOf(name)
+					g.Expect(reqs).NotTo(BeEmpty())
+					g.Expect(settled(&reqs[len(reqs)-1])).To(Equal(deny))
+				}).Should(Succeed())
+			}
+			Consistently(done).WithTimeout(200 * time.Millisecond).ShouldNot(Receive())
+			clk.Step(time.Minute)
+			var got error
+			Eventually(done).Should(Receive(&got))
+			var notIssued *servingcert.NotIssuedError
+			Expect(errors.As(got, &notIssued)).To(BeTrue(), "%v", got)
+			Expect(got.Error()).To(ContainSubstring("no serving certificate from signer fleet.synapse.dev/agent-serving within 1m0s"))
+			Expect(got.Error()).To(ContainSubstring(want))
+			_, err = s.GetCertificate(nil)
+			Expect(err).To(HaveOccurred())
+		},
+		Entry("nothing requested while the MacNode does not report the address", false, false, "does not report its address yet"),
+		Entry("a request nothing judges", true, false, "is pending: nothing has judged it"),
+		Entry("a denied request", true, true, "was denied (AgentServingDenied): IP address 192.0.2.13 is not one node reports"),
+	)
+})
