@@ -65,7 +65,7 @@ func run(ctx context.Context, opts options, out io.Writer, ready func(io.Writer,
 	defer os.RemoveAll(dir)
 	ms := macs(opts.firstPort)
 	f, err := localfleet.Start(ctx, localfleet.Options{Assets: opts.assets, Config: opts.config, Bin: opts.bin, Dir: dir, Macs: ms,
-		SimScale: opts.simScale, Out: out, AnonymousAPI: true})
+		SimScale: opts.simScale, Out: out, AnonymousAPI: true, PlainHTTP: true})
 	if err != nil {
 		return err
 	}
@@ -117,10 +117,11 @@ Embeddings (OpenAI-compatible) and rerank, on mac-a:
 (gte-search embeds; the sample lanes have no reranker, so that second call answers 400
 invalid_request: apply a lane with task: rerank to try it.)
 
-These Macs let every caller in (--auth=none), for this development fleet only. A Mac of a real
-fleet answers 401 without a bearer token of audience fleet.synapse.dev that the API server
-accepts, and 403 unless RBAC lets its subject create cataloglanes/embeddings (or rerank) of
-the lane: see the README's "Calling a lane".
+These Macs let every caller in (--auth=none) over plain HTTP (--tls=none), for this development
+fleet only. A Mac of a real fleet serves HTTPS with a certificate from the fleet's signer,
+answers 401 without a bearer token of audience fleet.synapse.dev that the API server accepts,
+and 403 unless RBAC lets its subject create cataloglanes/embeddings (or rerank) of the lane:
+see the README's "Calling a lane".
 
 Press Ctrl-C to stop everything; the control plane's data is removed.
 `, f.kubeconfig, k, k, k, f.URL(f.macs[0].Name), f.URL(f.macs[0].Name))

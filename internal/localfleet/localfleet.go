@@ -83,6 +83,10 @@ type Options struct {
 	// that a curl on the loopback needs no token. The e2e suite leaves it off: callers present
 	// tokens that the Macs review with the API server (Caller).
 	AnonymousAPI bool
+	// PlainHTTP serves the Macs' API without TLS (--tls=none), for make dev beside
+	// AnonymousAPI. Otherwise each Mac gets its serving certificate from the controller (the
+	// fleet's signer) and callers verify it against the fleet's CA bundle (HTTPClient).
+	PlainHTTP bool
 }
 
 // Fleet is a running fleet.
@@ -102,7 +106,8 @@ type Fleet struct {
 	metrics    int // the controller's metrics port
 	agents     map[string]*process
 	ports      map[string]int
-	ip         string // the address the Macs advertise; callers use the loopback
+	clients    map[string]*http.Client // by Mac (HTTPClient)
+	ip         string                  // the address the Macs advertise; callers use the loopback
 }
 
 // Start starts the control plane, the controller and the Macs, and waits until every one is
@@ -132,7 +137,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}
-	f = &Fleet{opts: opts, env: env, Config: cfg, agents: map[string]*process{}, ports: map[string]int{}, ip: advertiseIP(),
+	f = &Fleet{opts: opts, env: env, Config: cfg, agents: map[string]*process{}, ports: map[string]int{}, clients: map[string]*http.Client{}, ip: advertiseIP(),
 		Kubeconfig: filepath.Join(opts.Dir, "kubeconfig")}
 	defer func() {
 		if err != nil {
@@ -218,7 +223,8 @@ func (f *Fleet) startController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return waitHealthy(ctx, "http://127.0.0.1:"+strconv.Itoa(probe)+"/readyz", f.controller)
+	return waitHealthy(ctx, "http://127.0.0.1:"+strconv.Itoa(probe)+"/readyz", f.controller,
+		func(context.Context) (*http.Client, error) { return http.DefaultClient, nil })
 }
 
 // StartMac starts a simulated Mac's agent and waits until its API answers. A Mac started
@@ -249,6 +255,9 @@ func (f *Fleet) StartMac(ctx context.Context, m Mac) error {
 	if f.opts.AnonymousAPI {
 		args = append(args, "--auth", "none")
 	}
+	if f.opts.PlainHTTP {
+		args = append(args, "--tls", "none")
+	}
 	if f.opts.LeaseDuration > 0 {
 		args = append(args, "--lease-duration", f.opts.LeaseDuration.String())
 	}
@@ -262,7 +271,9 @@ func (f *Fleet) StartMac(ctx context.Context, m Mac) error {
 	f.mu.Lock()
 	f.agents[m.Name] = p
 	f.mu.Unlock()
-	return waitHealthy(ctx, f.URL(m.Name)+"/readyz", p)
+	// The API answers once the Mac has its serving certificate, which the controller issues once
+	// its MacNode reports its address.
+	return waitHealthy(ctx, f.URL(m.Name)+"/readyz", p, func(ctx context.Context) (*http.Client, error) { return f.HTTPClient(ctx, m.Name) })
 }
 
 // StopMac stops a Mac's agent (SIGTERM: it retires its lanes and exits).
@@ -340,11 +351,15 @@ func (f *Fleet) PID(name string) int {
 
 // URL is the base URL of a Mac's HTTP API on the loopback, the one address it listens on:
 // tests and benchmarks send traffic there only, while the Mac advertises the machine's
-// interface address.
+// interface address. It is HTTPS (call it with HTTPClient) unless the fleet serves PlainHTTP.
 func (f *Fleet) URL(name string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(f.ports[name]))
+	scheme := "https://"
+	if f.opts.PlainHTTP {
+		scheme = "http://"
+	}
+	return scheme + net.JoinHostPort("127.0.0.1", strconv.Itoa(f.ports[name]))
 }
 
 // listenAddr is a Mac's --listen value: the loopback only. The Mac advertises the machine's
@@ -425,8 +440,9 @@ func startProcess(name, path string, args, env []string, out io.Writer) (*proces
 	return p, nil
 }
 
-// waitHealthy polls url until it answers 200, the process exits, or a minute passes.
-func waitHealthy(ctx context.Context, url string, p *process) error {
+// waitHealthy polls url with the client httpClient returns until it answers 200, the process
+// exits, or a minute passes.
+func waitHealthy(ctx context.Context, url string, p *process, httpClient func(context.Context) (*http.Client, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -439,7 +455,11 @@ func waitHealthy(ctx context.Context, url string, p *process) error {
 		if err != nil {
 			return false, err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		c, err := httpClient(ctx)
+		if err != nil {
+			return false, nil // no CA bundle published yet
+		}
+		resp, err := c.Do(req)
 		if err != nil {
 			return false, nil // not listening yet
 		}

@@ -22,6 +22,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -154,9 +155,9 @@ var token string
 // of the model's dimensions per input, in order, finite and distinct; every other must be the
 // same bytes (the same payload, the same worker: the same answer), so each request was answered,
 // once, and right.
-func drive(b *testing.B, url string, payload []byte, inputs, conc int) (p50 time.Duration) {
+func drive(b *testing.B, url string, tlsConfig *tls.Config, payload []byte, inputs, conc int) (p50 time.Duration) {
 	b.Helper()
-	tr := &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}
+	tr := &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc, TLSClientConfig: tlsConfig}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr}
 	lat := make([]time.Duration, b.N)
@@ -273,15 +274,23 @@ func checkAnswer(body []byte, inputs int) error {
 // and 64, for single inputs and 32-input batches.
 func BenchmarkEmbeddingsOverHTTP(b *testing.B) {
 	f, lanes := startFleet(b, 1)
-	bare := httptest.NewServer(http.HandlerFunc(bareHandler))
+	// The agent serves TLS with its certificate from the fleet's signer, which the client
+	// verifies against the published CA bundle; the bare handler serves TLS too, so that the
+	// ratio is the agent's own cost, not TLS's.
+	agentTLS, err := f.TLSConfig(context.Background(), "mac-bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare := httptest.NewTLSServer(http.HandlerFunc(bareHandler))
 	defer bare.Close()
+	bareTLS := bare.Client().Transport.(*http.Transport).TLSClientConfig
 	for _, inputs := range []int{1, 32} {
 		payload := body(lanes[0], inputs)
 		for _, conc := range []int{1, 8, 64} {
 			name := fmt.Sprintf("inputs=%d/conc=%d", inputs, conc)
 			var agent, baseline time.Duration
-			b.Run(name+"/agent", func(b *testing.B) { agent = drive(b, f.URL("mac-bench")+"/v1/embeddings", payload, inputs, conc) })
-			b.Run(name+"/bare", func(b *testing.B) { baseline = drive(b, bare.URL, payload, inputs, conc) })
+			b.Run(name+"/agent", func(b *testing.B) { agent = drive(b, f.URL("mac-bench")+"/v1/embeddings", agentTLS, payload, inputs, conc) })
+			b.Run(name+"/bare", func(b *testing.B) { baseline = drive(b, bare.URL, bareTLS, payload, inputs, conc) })
 			if baseline > 0 {
 				b.Logf("%s: agent p50 %s, bare p50 %s, overhead ratio %.2f", name, agent, baseline, float64(agent)/float64(baseline))
 			}

@@ -34,9 +34,12 @@ import (
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 )
 
-// openAI is the official OpenAI client for a Mac, with token as its API key.
+// openAI is the official OpenAI client for a Mac, with token as its API key, over TLS with the
+// fleet's CA bundle.
 func openAI(node, token string) *openai.Client {
-	c := openai.NewClient(option.WithBaseURL(fleet.URL(node)+"/v1/"), option.WithAPIKey(token), option.WithMaxRetries(0))
+	GinkgoHelper()
+	c := openai.NewClient(option.WithBaseURL(fleet.URL(node)+"/v1/"), option.WithAPIKey(token), option.WithMaxRetries(0),
+		option.WithHTTPClient(httpClient(node)))
 	return &c
 }
 
@@ -56,7 +59,7 @@ func get(node, path, token string) (int, string) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient(node).Do(req)
 	Expect(err).NotTo(HaveOccurred())
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -150,7 +153,7 @@ func rawPost(node, path, token string) (int, string) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient(node).Do(req)
 	Expect(err).NotTo(HaveOccurred())
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)

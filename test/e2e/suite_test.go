@@ -232,7 +232,7 @@ func callAs(token, node, path string, body any) (int, http.Header, map[string]an
 	Expect(err).NotTo(HaveOccurred())
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient(node).Do(req)
 	Expect(err).NotTo(HaveOccurred())
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
@@ -240,6 +240,16 @@ func callAs(token, node, path string, body any) (int, http.Header, map[string]an
 	var m map[string]any
 	Expect(json.Unmarshal(raw, &m)).To(Succeed(), string(raw))
 	return resp.StatusCode, resp.Header, m
+}
+
+// httpClient is a client of a Mac's API: it trusts the fleet's CA bundle, read from the
+// ClusterTrustBundle, and expects the Mac's name in its certificate (the suite calls the
+// loopback).
+func httpClient(node string) *http.Client {
+	GinkgoHelper()
+	c, err := fleet.HTTPClient(ctx, node)
+	Expect(err).NotTo(HaveOccurred())
+	return c
 }
 
 func errorCode(body map[string]any) string {
@@ -263,7 +273,7 @@ func sample(node, name string, labels map[string]string) (float64, bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fleet.URL(node)+"/metrics", nil)
 	Expect(err).NotTo(HaveOccurred())
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient(node).Do(req)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(resp.StatusCode).To(Equal(http.StatusOK))
 	defer resp.Body.Close()

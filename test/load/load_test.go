@@ -225,7 +225,10 @@ func startAgent(t *testing.T) string {
 	}
 	ctx := context.Background()
 	f, err := localfleet.Start(ctx, localfleet.Options{Assets: os.Getenv("KUBEBUILDER_ASSETS"), Config: testenv.ConfigDir(), Bin: bin, Dir: t.TempDir(),
-		SimScale: 1e-6, Out: io.Discard, Macs: []localfleet.Mac{{Name: mac, MacOSBuild: "25B78"}}})
+		SimScale: 1e-6, Out: io.Discard, Macs: []localfleet.Mac{{Name: mac, MacOSBuild: "25B78"}},
+		// Plain HTTP: the load's raw slow-loris connections and vegeta's calls measure the
+		// agent's bounds, not TLS (BenchmarkEmbeddingsOverHTTP measures the agent over TLS).
+		PlainHTTP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
