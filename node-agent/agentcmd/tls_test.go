@@ -60,7 +60,9 @@ func TestTLSIsOnUnlessTurnedOff(t *testing.T) {
 	}{
 		{"an unknown mode", func(o *options) { o.tls = "sometimes" }, "--tls must be auto, files or none"},
 		{"files without files", func(o *options) { o.tls = "files" }, "--tls=files needs --tls-cert-file and --tls-key-file"},
-		{"files that are not there", func(o *options) { o.tls, o.tlsCertFile, o.tlsKeyFile = "files", "/nonexistent/tls.crt", "/nonexistent/tls.key" }, "the serving certificate files"},
+		{"files that are not there", func(o *options) {
+			o.tls, o.tlsCertFile, o.tlsKeyFile = "files", "/nonexistent/tls.crt", "/nonexistent/tls.key"
+		}, "the serving certificate files"},
 		{"files with auto", func(o *options) { o.tlsCertFile = "tls.crt" }, "are for --tls=files"},
 		{"an advertised address that is no IP", func(o *options) { o.advertise = "mac-a.local" }, "is not an IP address"},
 	} {
