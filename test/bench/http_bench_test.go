@@ -289,7 +289,9 @@ func BenchmarkEmbeddingsOverHTTP(b *testing.B) {
 		for _, conc := range []int{1, 8, 64} {
 			name := fmt.Sprintf("inputs=%d/conc=%d", inputs, conc)
 			var agent, baseline time.Duration
-			b.Run(name+"/agent", func(b *testing.B) { agent = drive(b, f.URL("mac-bench")+"/v1/embeddings", agentTLS, payload, inputs, conc) })
+			b.Run(name+"/agent", func(b *testing.B) {
+				agent = drive(b, f.URL("mac-bench")+"/v1/embeddings", agentTLS, payload, inputs, conc)
+			})
 			b.Run(name+"/bare", func(b *testing.B) { baseline = drive(b, bare.URL, bareTLS, payload, inputs, conc) })
 			if baseline > 0 {
 				b.Logf("%s: agent p50 %s, bare p50 %s, overhead ratio %.2f", name, agent, baseline, float64(agent)/float64(baseline))

@@ -27,10 +27,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -124,13 +124,14 @@ func TestAgentUnderLoad(t *testing.T) {
 	var oversize, cutOff atomic.Int64
 	bg.Go(func() { sendOversize(ctx, base+"/v1/embeddings", &oversize) })
 	for range 64 {
-		bg.Go(func() { slowLoris(ctx, strings.TrimPrefix(base, "http://"), &cutOff) })
+		bg.Go(func() { slowLoris(ctx, strings.TrimPrefix(base, "https://"), &cutOff) })
 	}
 
 	rep := report{Duration: duration.String(), CapacityPerSecond: capacity, AttackPerSecond: rate, Sent: map[string]int{},
 		ValidCodes: map[int]int{}, UnexpectedStatuses: map[string]int{}}
 	var admitted []time.Duration
-	attacker := vegeta.NewAttacker(vegeta.Timeout(2*deadline), vegeta.KeepAlive(true), vegeta.Connections(256), vegeta.MaxWorkers(512))
+	attacker := vegeta.NewAttacker(vegeta.Timeout(2*deadline), vegeta.KeepAlive(true), vegeta.Connections(256), vegeta.MaxWorkers(512),
+		vegeta.TLSConfig(clientTLS))
 	for res := range attacker.Attack(targeter(base), vegeta.Rate{Freq: rate, Per: time.Second}, duration, "load") {
 		u, _ := url.Parse(res.URL)
 		kind := u.Query().Get("kind")
@@ -199,6 +200,9 @@ var (
 	fleetPID int
 	// bearer is the Authorization header of every call.
 	bearer string
+	// clientTLS trusts the fleet's CA bundle and expects the Mac's name; httpClient uses it.
+	clientTLS  *tls.Config
+	httpClient *http.Client
 )
 
 // post is an authenticated POST of body to u.
@@ -225,10 +229,7 @@ func startAgent(t *testing.T) string {
 	}
 	ctx := context.Background()
 	f, err := localfleet.Start(ctx, localfleet.Options{Assets: os.Getenv("KUBEBUILDER_ASSETS"), Config: testenv.ConfigDir(), Bin: bin, Dir: t.TempDir(),
-		SimScale: 1e-6, Out: io.Discard, Macs: []localfleet.Mac{{Name: mac, MacOSBuild: "25B78"}},
-		// Plain HTTP: the load's raw slow-loris connections and vegeta's calls measure the
-		// agent's bounds, not TLS (BenchmarkEmbeddingsOverHTTP measures the agent over TLS).
-		PlainHTTP: true})
+		SimScale: 1e-6, Out: io.Discard, Macs: []localfleet.Mac{{Name: mac, MacOSBuild: "25B78"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,6 +264,12 @@ func startAgent(t *testing.T) string {
 		t.Fatal(err)
 	}
 	bearer = "Bearer " + tok
+	// Over TLS, as every client of a fleet calls: the Mac's certificate from the fleet's signer,
+	// verified against the published CA bundle.
+	if clientTLS, err = f.TLSConfig(ctx, mac); err != nil {
+		t.Fatal(err)
+	}
+	httpClient = &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS, MaxIdleConnsPerHost: 2 * maxConcurrent}}
 	fleetPID = f.PID(mac)
 	return f.URL(mac)
 }
@@ -327,7 +334,7 @@ func measureCapacity(t *testing.T, u string, d time.Duration) float64 {
 		wg.Go(func() {
 			for i := w; time.Now().Before(end); i += 2 * maxConcurrent {
 				body := validBody(i)
-				resp, err := post(context.Background(), http.DefaultClient, u, bytes.NewReader(body), int64(len(body)))
+				resp, err := post(context.Background(), httpClient, u, bytes.NewReader(body), int64(len(body)))
 				if err != nil {
 					continue
 				}
@@ -349,7 +356,7 @@ func measureCapacity(t *testing.T, u string, d time.Duration) float64 {
 // sendOversize sends a body of 33 MiB every 2 s, half of them announced by Content-Length and
 // half chunked, each answered 413.
 func sendOversize(ctx context.Context, u string, sent *atomic.Int64) {
-	c := &http.Client{Timeout: 30 * time.Second}
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS}}
 	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
@@ -382,12 +389,12 @@ func (zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// slowLoris holds a connection sending a request's headers a byte every 500 ms, and opens
-// another whenever the server cuts one off.
+// slowLoris holds a connection (TLS: the handshake done, then the request's headers) sending a
+// request's headers a byte every 500 ms, and opens another whenever the server cuts one off.
 func slowLoris(ctx context.Context, addr string, cutOff *atomic.Int64) {
 	head := "POST /v1/embeddings HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nX-Slow: " + strings.Repeat("x", 4096)
 	for ctx.Err() == nil {
-		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		c, err := (&tls.Dialer{Config: clientTLS}).DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return
 		}
@@ -443,7 +450,7 @@ func metric(t *testing.T, base, name string) float64 {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", bearer)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
