@@ -120,7 +120,7 @@ func fakeAgent(name string, digest v1.Sha256Digest, ip string) {
 		Capacity:    v1.ExecutableBudget{LayerExecutables: 100},
 		Addresses:   []v1.NodeAddress{{Type: "InternalIP", Address: ip}},
 		ServingPort: 8080,
-		Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady,
+		Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonLeaseRenewed,
 			LastTransitionTime: metav1.Now()}}}
 	// A merge patch, as the agent writes: the controller writes the node's status too.
 	Expect(kube.Status().Patch(ctx, n, client.MergeFrom(stored))).To(Succeed())

@@ -20,8 +20,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// MacNode condition types and reasons.
+// MacNode condition types and reasons. Each type has one writer, which writes it alone by
+// server-side apply under its own field manager (internal/nodestatus): Ready, EvictionHeld
+// (the node lifecycle controller), AddressAllowed (the endpoints controller); AgentReady,
+// ANEAvailable, TempSpaceLow, Paused (the node's agent).
 const (
+	// NodeConditionAgentReady is True while the node's agent runs and reconciles its
+	// placements; its message counts the lanes loaded. It is the agent's own report: the
+	// Lease, not this, decides Ready.
+	NodeConditionAgentReady = "AgentReady"
 	// NodeConditionANEAvailable is True when the agent's worker backend can reach the Neural
 	// Engine (or its simulated stand-in).
 	NodeConditionANEAvailable = "ANEAvailable"
@@ -38,8 +45,11 @@ const (
 	// because most of the fleet is unreachable at once (a partition, not Macs dying).
 	NodeConditionEvictionHeld = "EvictionHeld"
 
-	// NodeReasonAgentReady: the agent heartbeats and its worker backend is usable.
-	NodeReasonAgentReady = "AgentReady"
+	// NodeReasonAgentRunning: the agent runs and reconciles its placements (AgentReady).
+	NodeReasonAgentRunning = "AgentRunning"
+	// NodeReasonLeaseRenewed: the node lifecycle controller has seen the agent's Lease renewed
+	// within the grace period (Ready True).
+	NodeReasonLeaseRenewed = "LeaseRenewed"
 	// NodeReasonLeaseExpired: the agent has not renewed its Lease within the grace period.
 	NodeReasonLeaseExpired = "LeaseExpired"
 	// NodeReasonAddressAllowed: the address is inside an allowed CIDR.
@@ -242,7 +252,10 @@ type MacNodeStatus struct {
 	// +optional
 	Lanes int32 `json:"lanes,omitempty"`
 
-	// conditions: Ready, ANEAvailable, TempSpaceLow, Paused.
+	// conditions: Ready (from the node's Lease, written by the controller), AgentReady,
+	// ANEAvailable, TempSpaceLow, Paused (the agent's), AddressAllowed, EvictionHeld (the
+	// controller's). A list keyed by type, so that each writer applies its own types and
+	// none replaces another's.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -255,6 +268,7 @@ type MacNodeStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=mac,categories=synapse
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.conditions[?(@.type=="AgentReady")].status`,priority=1
 // +kubebuilder:printcolumn:name="Chip",type=string,JSONPath=`.status.platform.chip`
 // +kubebuilder:printcolumn:name="macOS",type=string,JSONPath=`.status.platform.macOSBuild`
 // +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.status.worker.backend`

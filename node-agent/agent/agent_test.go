@@ -46,6 +46,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/test/testenv"
 	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
@@ -106,8 +107,14 @@ func newTestAgentWithEnv(t *testing.T, env []string, placements ...*v1.LanePlace
 		objs = append(objs, p)
 	}
 	var writes atomic.Int64
+	// The node's status is applied server-side: the fake merges it by the CRDs' schema, as the
+	// API server does.
+	types, err := testenv.TypeConverter()
+	if err != nil {
+		t.Fatal(err)
+	}
 	kube := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1.MacNode{}, &v1.LanePlacement{}).
-		WithObjects(objs...).Build(), interceptor.Funcs{
+		WithTypeConverters(types).WithObjects(objs...).Build(), interceptor.Funcs{
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			writes.Add(1)
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)

@@ -18,12 +18,14 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -79,12 +81,35 @@ func (a *Agent) pausedLocked() bool {
 	return a.paused || (a.node != nil && a.node.Spec.Paused)
 }
 
-// heartbeat renews the node's Lease every third of its duration, as a kubelet does.
+// Lease renewal's bounds, as the kubelet's lease controller has them
+// (kubernetes/component-helpers apimachinery/lease/controller.go: renewals every interval
+// jittered by 4%, at most 5 attempts of one renewal, backoff from 200 ms doubling up to 7 s;
+// kubernetes/kubernetes cmd/kubelet/app/server.go: each heartbeat call times out within the
+// renew interval).
+const (
+	// renewPeriodJitter spreads a fleet's renewals so that Macs started together do not renew
+	// together.
+	renewPeriodJitter = 0.04
+	// renewAttempts bounds the calls of one renewal; then it waits for the next period.
+	renewAttempts = 5
+	// renewRetryBase is the first wait between attempts; each next one doubles, up to
+	// renewRetryCap, each jittered by up to renewRetryJitter of itself.
+	renewRetryBase   = 200 * time.Millisecond
+	renewRetryCap    = 7 * time.Second
+	renewRetryJitter = 0.2
+)
+
+// ErrLeaseRenewTimeout is a renewal call that did not answer within its timeout.
+var ErrLeaseRenewTimeout = errors.New("the Lease renewal call timed out")
+
+// heartbeat renews the node's Lease every third of its duration, as a kubelet does. The
+// Lease alone says the node is alive: the lifecycle controller turns the node's Ready
+// condition from it; the agent's status writes do not.
 func (a *Agent) heartbeat(ctx context.Context) error {
 	every := a.cfg.LeaseDuration / 3
 	failing := false
 	for {
-		err := a.renew(ctx)
+		err := a.renewWithRetries(ctx, every)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			// Said once per outage, not on every attempt.
@@ -97,9 +122,53 @@ func (a *Agent) heartbeat(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-a.cfg.Clock.After(every):
+		case <-a.cfg.Clock.After(wait.Jitter(every, renewPeriodJitter)):
 		}
 	}
+}
+
+// renewBackoff spaces the attempts of one renewal; never longer than the renew interval.
+func renewBackoff(every time.Duration) wait.Backoff {
+	return wait.Backoff{Duration: renewRetryBase, Factor: 2, Jitter: renewRetryJitter, Steps: renewAttempts, Cap: min(renewRetryCap, every)}
+}
+
+// renewWithRetries makes one renewal: at most renewAttempts calls, each timed out within half
+// the renew interval (so that one stuck call leaves time for another before the Lease
+// expires), spaced by renewBackoff. It returns the last call's error.
+func (a *Agent) renewWithRetries(ctx context.Context, every time.Duration) error {
+	backoff := renewBackoff(every)
+	for attempt := 1; ; attempt++ {
+		err := a.renewWithin(ctx, every/2)
+		if err == nil || ctx.Err() != nil || attempt == renewAttempts {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.cfg.Clock.After(backoff.Step()):
+		}
+	}
+}
+
+// renewWithin is one renewal call, cancelled after timeout by the agent's clock (a context
+// deadline would run on the wall clock, which no test can step).
+func (a *Agent) renewWithin(ctx context.Context, timeout time.Duration) error {
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := a.cfg.Clock.NewTimer(timeout)
+	defer timer.Stop()
+	go func() {
+		select {
+		case <-timer.C():
+			cancel(ErrLeaseRenewTimeout)
+		case <-callCtx.Done():
+		}
+	}()
+	err := a.renew(callCtx)
+	if err != nil && errors.Is(context.Cause(callCtx), ErrLeaseRenewTimeout) {
+		return fmt.Errorf("after %s: %w", timeout, ErrLeaseRenewTimeout)
+	}
+	return err
 }
 
 // renew renews the node's Lease. As the kubelet does, it updates the Lease it last wrote and

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
 	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
 )
 
@@ -300,7 +301,7 @@ func progressOnly(a, b v1.MacNodeStatus) bool {
 	return equality.Semantic.DeepEqual(mask(a), mask(b))
 }
 
-// writeNodeStatus patches the MacNode's status if it differs from what the agent reports; a
+// writeNodeStatus applies the MacNode's status if it differs from what the agent reports; a
 // difference in progress alone only when progressDue.
 func (a *Agent) writeNodeStatus(ctx context.Context, progressDue bool) (bool, error) {
 	node := &v1.MacNode{}
@@ -357,7 +358,9 @@ func (a *Agent) writeNodeStatus(ctx context.Context, progressDue bool) (bool, er
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: message,
 			ObservedGeneration: node.Generation, LastTransitionTime: t})
 	}
-	cond(v1.ConditionReady, metav1.ConditionTrue, v1.NodeReasonAgentReady, fmt.Sprintf("the agent is running and heartbeating; %d lanes loaded", len(lanes)))
+	// Ready is not the agent's to say: the lifecycle controller writes it from the Lease. The
+	// agent says it runs.
+	cond(v1.NodeConditionAgentReady, metav1.ConditionTrue, v1.NodeReasonAgentRunning, fmt.Sprintf("the agent is running; %d lanes loaded", len(lanes)))
 	cond(v1.NodeConditionANEAvailable, metav1.ConditionTrue, "Backend"+capitalise(string(a.cfg.Worker.Backend)),
 		fmt.Sprintf("workers run the %s backend", a.cfg.Worker.Backend))
 	switch {
@@ -371,11 +374,10 @@ func (a *Agent) writeNodeStatus(ctx context.Context, progressDue bool) (bool, er
 	if equality.Semantic.DeepEqual(stored.Status, node.Status) || (!progressDue && progressOnly(stored.Status, node.Status)) {
 		return false, nil
 	}
-	// The node comes from the informer's cache, which may not show a condition the controller
-	// wrote since (AddressAllowed), and a merge patch replaces the conditions list whole: the
-	// resourceVersion makes a stale copy fail with a conflict instead of erasing it, and the next
-	// pass writes on a fresh one.
-	return true, a.kube.Status().Patch(ctx, node, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
+	// Applied, not patched: the agent's fields and its own conditions only, so a controller's
+	// condition (Ready, AddressAllowed) that the informer's cache does not show yet is neither
+	// erased nor reverted, and no conflict costs a pass.
+	return true, nodestatus.ApplyAgentStatus(ctx, a.kube, a.cfg.NodeName, node.Status)
 }
 
 func capitalise(s string) string {

@@ -109,7 +109,7 @@ func BenchmarkPlacementAtScale(b *testing.B) {
 		n.Status = v1.MacNodeStatus{Platform: v1.Platform{MacOSBuild: "25B78"},
 			Worker:   v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
 			Capacity: v1.ExecutableBudget{LayerExecutables: budget},
-			Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady,
+			Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonLeaseRenewed,
 				LastTransitionTime: metav1.Now()}}}
 		if err := te.Client.Status().Update(ctx, n); err != nil {
 			b.Fatal(err)

@@ -21,6 +21,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
@@ -31,15 +32,19 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/kube-openapi/pkg/spec3"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/internal/manifests"
@@ -184,4 +189,38 @@ func Counting(c client.WithWatch, reads, writes *atomic.Int64) client.WithWatch 
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		},
 	})
+}
+
+// TypeConverter is the API server's schema of the project's CRDs (config/crd/bases), built as
+// the API server builds it (apiextensions-apiserver's customresource_handler.go), for fake
+// clients that server-side apply: without it they deduce the schema from the object, and a
+// list keyed by type (status.conditions) merges as a whole, as the API server's does not.
+func TypeConverter() (managedfields.TypeConverter, error) {
+	files, err := filepath.Glob(filepath.Join(CRDDir(), "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	specs := []*spec3.OpenAPI{}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(raw, crd); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		for _, v := range crd.Spec.Versions {
+			s, err := builder.BuildOpenAPIV3(crd, v.Name, builder.Options{})
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", f, v.Name, err)
+			}
+			specs = append(specs, s)
+		}
+	}
+	merged, err := builder.MergeSpecsV3(specs...)
+	if err != nil {
+		return nil, err
+	}
+	return managedfields.NewTypeConverter(merged.Components.Schemas, false)
 }

@@ -294,7 +294,7 @@ var _ = Describe("Endpoints", func() {
 			lane := newLane()
 			alive, dying := node("192.0.2.51", 8080), node("192.0.2.52", 8080)
 			for _, n := range []*v1.MacNode{alive, dying} {
-				n.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady,
+				n.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonLeaseRenewed,
 					LastTransitionTime: metav1.NewTime(clk.Now())}}
 				Expect(kube.Status().Update(ctx, n)).To(Succeed())
 				Expect(kube.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: lifecycle.LeaseNamespace},

@@ -30,7 +30,7 @@ import (
 // agents' progress reports and condition messages change nothing in an EndpointSlice.
 func TestOnlyANodeChangeOfAddressOrPortReconcilesItsLanes(t *testing.T) {
 	n := &v1.MacNode{Status: v1.MacNodeStatus{ServingPort: 7443, Addresses: []v1.NodeAddress{{Type: "InternalIP", Address: "10.0.0.2"}},
-		Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady}}}}
+		Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonLeaseRenewed}}}}
 	for name, tc := range map[string]struct {
 		change func(*v1.MacNode)
 		want   bool

@@ -36,6 +36,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/internal/enqueue"
+	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
 )
 
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes,verbs=get;list;watch
@@ -104,7 +105,6 @@ func (c *AddressController) Reconcile(ctx context.Context, req reconcile.Request
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	stored := node.DeepCopy()
 	cond := metav1.Condition{Type: v1.NodeConditionAddressAllowed, ObservedGeneration: node.Generation,
 		LastTransitionTime: metav1.NewTime(c.clk.Now())}
 	ip, err := c.policy.nodeAddress(node, cluster)
@@ -119,9 +119,12 @@ func (c *AddressController) Reconcile(ctx context.Context, req reconcile.Request
 	default:
 		return reconcile.Result{}, err
 	}
-	meta.SetStatusCondition(&node.Status.Conditions, cond)
-	if equality.Semantic.DeepEqual(stored.Status, node.Status) {
+	if !nodestatus.Changed(node.Status.Conditions, cond) {
 		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{}, c.kube.Status().Patch(ctx, node, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
+	// Applied on its own: the agent's and the lifecycle controller's conditions are theirs
+	// (internal/nodestatus).
+	cond = nodestatus.Next(node.Status.Conditions, cond)
+	return reconcile.Result{}, nodestatus.ApplyCondition(ctx, c.kube, node.Name,
+		nodestatus.Manager(nodestatus.AddressManager, v1.NodeConditionAddressAllowed), cond)
 }

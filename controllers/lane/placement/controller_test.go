@@ -91,7 +91,7 @@ func newNode(mutate ...func(*v1.MacNode)) *v1.MacNode {
 		Platform: v1.Platform{Chip: "M4", MacOSBuild: build},
 		Worker:   v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: workerDigest, ProtocolVersion: 3, Backend: v1.BackendSim},
 		Capacity: v1.ExecutableBudget{LayerExecutables: 100, ShapeSlots: 16},
-		Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady,
+		Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonLeaseRenewed,
 			LastTransitionTime: metav1.NewTime(clk.Now())}},
 	}
 	for _, m := range mutate {

@@ -45,7 +45,7 @@ func testNode(name string, mutate ...func(*v1.MacNode)) *v1.MacNode {
 			Platform:   v1.Platform{MacOSBuild: "25B78"},
 			Worker:     v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
 			Capacity:   v1.ExecutableBudget{LayerExecutables: 100},
-			Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AgentReady"}}}}
+			Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonLeaseRenewed}}}}
 	for _, m := range mutate {
 		m(n)
 	}

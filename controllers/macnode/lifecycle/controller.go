@@ -19,7 +19,14 @@ limitations under the License.
 // seen renewed for the grace period turns the node's Ready condition Unknown; after the
 // eviction timeout the node's placements are forced away (an event says so) and the placement
 // controller re-places their lanes on nodes that are alive. A node that comes back is the same
-// MacNode: its agent reports Ready again and nothing is duplicated.
+// MacNode: its renewed Lease makes it Ready again and nothing is duplicated.
+//
+// The Lease decides Ready, and this controller is Ready's only writer: True while the Lease is
+// seen renewed within the grace period, Unknown once it is not. The agent reports its own
+// condition types beside it (AgentReady, ANEAvailable, Paused), and each writer applies only
+// its own types (internal/nodestatus): an agent whose Lease renewals fail while its status
+// writes succeed cannot turn the node Ready again, so the node does not flap, lanes are not
+// placed on it between flips, and nothing placed there is evicted by the next flip.
 //
 // As the kubelet's node lifecycle controller does, it times a heartbeat by its own clock, from
 // when it saw the renewal, not by the renew time the agent wrote: a skewed agent clock cannot
@@ -41,7 +48,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,6 +61,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
+	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
 )
 
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes,verbs=get;list;watch
@@ -199,6 +206,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		if err := c.healed(ctx, now); err != nil {
 			return reconcile.Result{}, err
 		}
+		if renewal != noLease {
+			if err := c.setReady(ctx, node, metav1.ConditionTrue, v1.NodeReasonLeaseRenewed, fmt.Sprintf(
+				"the agent's Lease is renewed within the %s grace period", c.grace)); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
 		if err := c.markPlacements(ctx, node, true, "the node's Lease is renewed"); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -214,17 +227,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	}
 	metrics.NodeReady.WithLabelValues(node.Name).Set(0)
 
-	stored := node.DeepCopy()
-	if !meta.IsStatusConditionPresentAndEqual(node.Status.Conditions, v1.ConditionReady, metav1.ConditionUnknown) {
-		meta.SetStatusCondition(&node.Status.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionUnknown,
-			Reason: v1.NodeReasonLeaseExpired, ObservedGeneration: node.Generation, LastTransitionTime: metav1.NewTime(now),
-			Message: fmt.Sprintf("the agent's Lease (%s) has not been seen renewed since %s", renewal, renewed.UTC().Format(time.RFC3339))})
-	}
-	if !equality.Semantic.DeepEqual(stored.Status, node.Status) {
-		if err := c.kube.Status().Patch(ctx, node, client.MergeFrom(stored)); err != nil {
-			return reconcile.Result{}, err
-		}
-		c.recorder.Eventf(node, nil, "Warning", v1.NodeReasonLeaseExpired, "Heartbeat", "the agent's Lease expired; the node is Unknown")
+	// The message names the renewal last seen, not the time now: it changes only with the
+	// Lease, so an Unknown node is written once, not on every look.
+	if err := c.setReady(ctx, node, metav1.ConditionUnknown, v1.NodeReasonLeaseExpired, fmt.Sprintf(
+		"the agent's Lease (%s) has not been seen renewed since %s", renewal, renewed.UTC().Format(time.RFC3339))); err != nil {
+		return reconcile.Result{}, err
 	}
 	// Its placements are marked not ready at once, so the lanes' endpoints drop them now, not
 	// at the eviction minutes later.
@@ -243,6 +250,31 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		return reconcile.Result{RequeueAfter: evictAt.Sub(now)}, nil
 	}
 	return c.evictWithBrake(ctx, node, now)
+}
+
+// setReady writes the node's Ready condition when it differs from what the node holds. This
+// controller is its only writer: the Lease decides Ready, and the agent reports its own
+// conditions (AgentReady and the rest) beside it. The condition is applied on its own (see
+// internal/nodestatus), so neither the agent's status writes nor this one's touch the other's.
+func (c *Controller) setReady(ctx context.Context, node *v1.MacNode, status metav1.ConditionStatus, reason, message string) error {
+	cond := metav1.Condition{Type: v1.ConditionReady, Status: status, Reason: reason, Message: message,
+		ObservedGeneration: node.Generation, LastTransitionTime: metav1.NewTime(c.clk.Now())}
+	if !nodestatus.Changed(node.Status.Conditions, cond) {
+		return nil
+	}
+	was := meta.FindStatusCondition(node.Status.Conditions, v1.ConditionReady)
+	cond = nodestatus.Next(node.Status.Conditions, cond)
+	if err := nodestatus.ApplyCondition(ctx, c.kube, node.Name, nodestatus.Manager(nodestatus.LifecycleManager, v1.ConditionReady), cond); err != nil {
+		return fmt.Errorf("writing the Ready condition of MacNode %s: %w", node.Name, err)
+	}
+	meta.SetStatusCondition(&node.Status.Conditions, cond)
+	switch {
+	case status == metav1.ConditionUnknown && (was == nil || was.Status != metav1.ConditionUnknown):
+		c.recorder.Eventf(node, nil, "Warning", v1.NodeReasonLeaseExpired, "Heartbeat", "the agent's Lease expired; the node is Unknown")
+	case status == metav1.ConditionTrue && was != nil && was.Status != metav1.ConditionTrue:
+		c.recorder.Eventf(node, nil, "Normal", v1.NodeReasonLeaseRenewed, "Heartbeat", "the agent's Lease is renewed again; the node is Ready")
+	}
+	return nil
 }
 
 // markPlacements writes the NodeReady condition of the node's placements: False on every one
@@ -273,6 +305,10 @@ func (c *Controller) markPlacements(ctx context.Context, node *v1.MacNode, ready
 	return nil
 }
 
+// noLease is how a node's renewal reads while its agent has created no Lease: it is not
+// Ready (the Lease decides), and after a grace period from when it was first seen, Unknown.
+const noLease = "none yet"
+
 // lastRenewal is when this controller first saw the node's current renewal: the Lease's renew
 // time as the agent wrote it, or, with no Lease yet, the node's existence. A renewal seen for
 // the first time (a new node, a renewed Lease, a restarted controller) counts from now. It
@@ -295,7 +331,7 @@ func (c *Controller) sawRenewal(name string, lease *coordinationv1.Lease, now ti
 	var renewal string
 	switch {
 	case lease == nil:
-		renewal = "none yet"
+		renewal = noLease
 	case lease.Spec.RenewTime != nil:
 		renewal = "renewed at " + lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
 	default:

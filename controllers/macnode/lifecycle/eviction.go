@@ -22,7 +22,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +30,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
+	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
 )
 
 // fleetHealth is how many nodes are unreachable, of how many, when evictions are judged.
@@ -137,13 +137,8 @@ func (c *Controller) healed(ctx context.Context, now time.Time) error {
 func (c *Controller) hold(ctx context.Context, node *v1.MacNode, h fleetHealth, now time.Time, first bool) error {
 	msg := fmt.Sprintf("%d of %d MacNodes (%.0f%%) are unreachable at once, which looks like a partition between the Macs and the API server "+
 		"rather than Macs dying: evictions are held until the fleet is reachable again", h.unreachable, h.total, 100*float64(h.unreachable)/float64(h.total))
-	stored := node.DeepCopy()
-	meta.SetStatusCondition(&node.Status.Conditions, metav1.Condition{Type: v1.NodeConditionEvictionHeld, Status: metav1.ConditionTrue,
-		Reason: v1.NodeReasonFleetPartitioned, Message: msg, ObservedGeneration: node.Generation, LastTransitionTime: metav1.NewTime(now)})
-	if equality.Semantic.DeepEqual(stored.Status, node.Status) {
-		return nil
-	}
-	if err := c.kube.Status().Patch(ctx, node, client.MergeFrom(stored)); err != nil {
+	wrote, err := c.setEvictionHeld(ctx, node, metav1.ConditionTrue, v1.NodeReasonFleetPartitioned, msg, now)
+	if err != nil || !wrote {
 		return err
 	}
 	if first {
@@ -157,14 +152,27 @@ func (c *Controller) lift(ctx context.Context, node *v1.MacNode, why string) err
 	if !meta.IsStatusConditionTrue(node.Status.Conditions, v1.NodeConditionEvictionHeld) {
 		return nil
 	}
-	stored := node.DeepCopy()
-	meta.SetStatusCondition(&node.Status.Conditions, metav1.Condition{Type: v1.NodeConditionEvictionHeld, Status: metav1.ConditionFalse,
-		Reason: v1.NodeReasonEvictionResumed, Message: why, ObservedGeneration: node.Generation, LastTransitionTime: metav1.NewTime(c.clk.Now())})
-	if err := c.kube.Status().Patch(ctx, node, client.MergeFrom(stored)); err != nil {
+	if _, err := c.setEvictionHeld(ctx, node, metav1.ConditionFalse, v1.NodeReasonEvictionResumed, why, c.clk.Now()); err != nil {
 		return err
 	}
 	c.recorder.Eventf(node, nil, "Normal", v1.NodeReasonEvictionResumed, "Evict", why)
 	return nil
+}
+
+// setEvictionHeld applies the node's EvictionHeld condition, on its own (see setReady), when it
+// changes; it reports whether it wrote.
+func (c *Controller) setEvictionHeld(ctx context.Context, node *v1.MacNode, status metav1.ConditionStatus, reason, message string, now time.Time) (bool, error) {
+	cond := metav1.Condition{Type: v1.NodeConditionEvictionHeld, Status: status, Reason: reason, Message: message,
+		ObservedGeneration: node.Generation, LastTransitionTime: metav1.NewTime(now)}
+	if !nodestatus.Changed(node.Status.Conditions, cond) {
+		return false, nil
+	}
+	cond = nodestatus.Next(node.Status.Conditions, cond)
+	if err := nodestatus.ApplyCondition(ctx, c.kube, node.Name, nodestatus.Manager(nodestatus.LifecycleManager, v1.NodeConditionEvictionHeld), cond); err != nil {
+		return false, fmt.Errorf("writing the EvictionHeld condition of MacNode %s: %w", node.Name, err)
+	}
+	meta.SetStatusCondition(&node.Status.Conditions, cond)
+	return true, nil
 }
 
 // evict forces the dead node's placements away: the agent that would remove their retirement

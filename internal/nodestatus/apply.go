@@ -1,0 +1,118 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package nodestatus writes a MacNode's status by server-side apply, so that each fact has one
+// writer and no writer erases another's. A MacNode's conditions are written by three: the
+// node's agent (AgentReady, ANEAvailable, TempSpaceLow, Paused, and the rest of the status),
+// the node lifecycle controller (Ready, from the Lease, and EvictionHeld) and the endpoints
+// controller (AddressAllowed). A merge patch replaces a list whole, so a writer that patched
+// the conditions from a stale copy erased or reverted the others' (the agent's Ready=True and
+// the controller's Unknown overwrote each other on every pass).
+//
+// status.conditions is `+listType=map` keyed by `type`: the API server merges an applied
+// configuration into it entry by entry, and an entry belongs to the field manager that applied
+// it (kubernetes/website content/en/docs/reference/using-api/server-side-apply.md, "Merge
+// strategy"; kubernetes/community contributors/devel/sig-architecture/api-conventions.md,
+// "Lists of named subobjects preferred over maps"). A manager's apply leaves the entries it
+// does not name alone, unless it applied them itself before: then they are removed. That is
+// why each condition the controllers write has a field manager of its own (Manager): a
+// controller that writes two types at different moments, from a cache that may not yet show
+// the other, never drops one by applying the other.
+package nodestatus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+)
+
+// Field managers of the MacNode's status writers.
+const (
+	// AgentManager owns what the node's agent reports: the status fields and the conditions
+	// of AgentConditions.
+	AgentManager = "synapse-agent"
+	// LifecycleManager prefixes the node lifecycle controller's condition managers.
+	LifecycleManager = "synapse-node-lifecycle"
+	// AddressManager prefixes the endpoints controller's condition manager.
+	AddressManager = "synapse-node-address"
+)
+
+// AgentConditions are the condition types the node's agent writes; the others are the
+// controllers'. The node-restriction policy refuses an agent's write that changes any other
+// (config/policies/node_restriction.yaml, rule macnode-conditions).
+var AgentConditions = []string{v1.NodeConditionAgentReady, v1.NodeConditionANEAvailable, v1.NodeConditionTempSpaceLow, v1.NodeConditionPaused}
+
+// Manager is the field manager of one controller's condition type: the controller's prefix and
+// the type, so that each type a controller writes is applied, and kept, on its own.
+func Manager(prefix, conditionType string) string { return prefix + "-" + conditionType }
+
+// Next is cond as it should be applied over the conditions the node has now: its
+// lastTransitionTime stays the stored one when its status does not change, as
+// meta.SetStatusCondition keeps it.
+func Next(current []metav1.Condition, cond metav1.Condition) metav1.Condition {
+	conds := slices.Clone(current)
+	meta.SetStatusCondition(&conds, cond)
+	return *meta.FindStatusCondition(conds, cond.Type)
+}
+
+// Changed reports whether applying cond would change what the node holds of its type (its
+// status, reason, message or observed generation).
+func Changed(current []metav1.Condition, cond metav1.Condition) bool {
+	c := meta.FindStatusCondition(current, cond.Type)
+	return c == nil || c.Status != cond.Status || c.Reason != cond.Reason || c.Message != cond.Message ||
+		c.ObservedGeneration != cond.ObservedGeneration
+}
+
+// ApplyCondition writes one condition of the node named node under manager, leaving every
+// other condition as it is. Ownership is forced: the type is this writer's alone, and a node
+// written before the writers were split has it owned by an older manager.
+func ApplyCondition(ctx context.Context, c client.Client, node, manager string, cond metav1.Condition) error {
+	return apply(ctx, c, node, manager, struct {
+		Conditions []metav1.Condition `json:"conditions"`
+	}{Conditions: []metav1.Condition{cond}})
+}
+
+// ApplyAgentStatus writes the status the node's agent reports: every field of st, and of its
+// conditions only AgentConditions; whatever else st holds (a controller's condition read from
+// the cache) is left out, so it is neither written nor taken over.
+func ApplyAgentStatus(ctx context.Context, c client.Client, node string, st v1.MacNodeStatus) error {
+	st.Conditions = slices.DeleteFunc(slices.Clone(st.Conditions), func(c metav1.Condition) bool {
+		return !slices.Contains(AgentConditions, c.Type)
+	})
+	return apply(ctx, c, node, AgentManager, st)
+}
+
+// apply sends status as an applied configuration of the MacNode's status subresource.
+func apply(ctx context.Context, c client.Client, node, manager string, status any) error {
+	body, err := json.Marshal(map[string]any{
+		"apiVersion": v1.GroupVersion.String(), "kind": "MacNode",
+		"metadata": map[string]any{"name": node},
+		"status":   status,
+	})
+	if err != nil {
+		return fmt.Errorf("encoding the status of MacNode %s: %w", node, err)
+	}
+	obj := &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	return c.Status().Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(manager), client.ForceOwnership)
+}
