@@ -46,13 +46,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
-	"github.com/ck-synapse/synapse-fleet/test/testenv"
 	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
 	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
+	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
 
 var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
