@@ -262,16 +262,19 @@ func (c *Controller) setReady(ctx context.Context, node *v1.MacNode, status meta
 	if !nodestatus.Changed(node.Status.Conditions, cond) {
 		return nil
 	}
-	was := meta.FindStatusCondition(node.Status.Conditions, v1.ConditionReady)
+	var was metav1.ConditionStatus // "" when the node has none yet
+	if c := meta.FindStatusCondition(node.Status.Conditions, v1.ConditionReady); c != nil {
+		was = c.Status
+	}
 	cond = nodestatus.Next(node.Status.Conditions, cond)
 	if err := nodestatus.ApplyCondition(ctx, c.kube, node.Name, nodestatus.Manager(nodestatus.LifecycleManager, v1.ConditionReady), cond); err != nil {
 		return fmt.Errorf("writing the Ready condition of MacNode %s: %w", node.Name, err)
 	}
 	meta.SetStatusCondition(&node.Status.Conditions, cond)
 	switch {
-	case status == metav1.ConditionUnknown && (was == nil || was.Status != metav1.ConditionUnknown):
+	case status == metav1.ConditionUnknown && was != metav1.ConditionUnknown:
 		c.recorder.Eventf(node, nil, "Warning", v1.NodeReasonLeaseExpired, "Heartbeat", "the agent's Lease expired; the node is Unknown")
-	case status == metav1.ConditionTrue && was != nil && was.Status != metav1.ConditionTrue:
+	case status == metav1.ConditionTrue && was != "" && was != metav1.ConditionTrue:
 		c.recorder.Eventf(node, nil, "Normal", v1.NodeReasonLeaseRenewed, "Heartbeat", "the agent's Lease is renewed again; the node is Ready")
 	}
 	return nil

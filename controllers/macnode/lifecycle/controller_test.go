@@ -40,8 +40,8 @@ var seq int
 
 func objectMeta(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name} }
 
-// heartbeatingNode registers a Ready node and its Lease, renewed now, and lets the controller
-// see it.
+// heartbeatingNode registers a node and its Lease, renewed now, and lets the controller see it
+// (and turn it Ready).
 func heartbeatingNode() *v1.MacNode {
 	GinkgoHelper()
 	n := leasedNode(clk.Now())
@@ -49,16 +49,13 @@ func heartbeatingNode() *v1.MacNode {
 	return n
 }
 
-// leasedNode registers a Ready node and its Lease, last renewed at renewed (by the agent's
-// clock), unseen by the controller yet.
+// leasedNode registers a node and its Lease, last renewed at renewed (by the agent's clock),
+// unseen by the controller yet: the node has no Ready condition until the controller writes it.
 func leasedNode(renewed time.Time) *v1.MacNode {
 	GinkgoHelper()
 	seq++
 	n := &v1.MacNode{ObjectMeta: objectMeta(fmt.Sprintf("mac-%d", seq))}
 	Expect(kube.Create(ctx, n)).To(Succeed())
-	n.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady,
-		LastTransitionTime: metav1.NewTime(clk.Now())}}
-	Expect(kube.Status().Update(ctx, n)).To(Succeed())
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: lifecycle.LeaseNamespace},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n.Name), LeaseDurationSeconds: ptr.To[int32](40),
 			RenewTime: ptr.To(metav1.NewMicroTime(renewed))}}
@@ -147,17 +144,17 @@ var _ = Describe("Node lifecycle", func() {
 	})
 
 	Context("when a lost node comes back", func() {
-		It("should be the same node, Ready again by its agent, and left alone", func() {
+		It("should be the same node, Ready again by its renewed Lease, and left alone", func() {
 			n := heartbeatingNode()
 			clk.Step(41 * time.Second)
 			_, got := reconcileNode(n)
 			Expect(ready(got)).To(Equal(metav1.ConditionUnknown))
+			Expect(recorder.Events).To(Receive(ContainSubstring(v1.NodeReasonLeaseExpired)))
 			renew(n)
-			meta.SetStatusCondition(&got.Status.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionTrue,
-				Reason: v1.NodeReasonAgentReady, LastTransitionTime: metav1.NewTime(clk.Now())})
-			Expect(kube.Status().Update(ctx, got)).To(Succeed())
 			_, got = reconcileNode(n)
 			Expect(ready(got)).To(Equal(metav1.ConditionTrue))
+			Expect(meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady).Reason).To(Equal(v1.NodeReasonLeaseRenewed))
+			Expect(recorder.Events).To(Receive(ContainSubstring(v1.NodeReasonLeaseRenewed)))
 			var nodes v1.MacNodeList
 			Expect(kube.List(ctx, &nodes)).To(Succeed())
 			count := 0
