@@ -144,7 +144,7 @@ var _ = Describe("One writer per fact", func() {
 		It("should turn the node Unknown once, after the grace period, and evict only what the eviction timeout says", func() {
 			n := heartbeatingNode()
 			alive := []*v1.MacNode{heartbeatingNode(), heartbeatingNode()} // the rest of the fleet heartbeats
-			p := placementOn(n)                                             // placed while the node was Ready
+			p := placementOn(n)                                            // placed while the node was Ready
 			lastRenewal := clk.Now()
 			cached := read(n) // what the agent's cache holds: Ready True
 
