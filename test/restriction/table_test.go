@@ -36,11 +36,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
 	"github.com/ck-synapse/synapse-fleet/node-agent/nodeidentity"
 )
 
@@ -70,6 +72,43 @@ func updateNodeStatus(w *world, name string) error {
 	n := node(name)
 	n.Status.ServingPort = 8080
 	return w.as.Status().Update(ctx, n)
+}
+
+// controllerWrites gives the node the conditions the controllers write (as they do, each
+// applied on its own), so that a row can try to change them.
+func controllerWrites(name string) {
+	GinkgoHelper()
+	now := metav1.Now()
+	for _, c := range []struct {
+		manager string
+		cond    metav1.Condition
+	}{
+		{nodestatus.LifecycleManager, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionUnknown, Reason: v1.NodeReasonLeaseExpired,
+			Message: "the agent's Lease has not been seen renewed", LastTransitionTime: now}},
+		{nodestatus.AddressManager, metav1.Condition{Type: v1.NodeConditionAddressAllowed, Status: metav1.ConditionFalse,
+			Reason: v1.NodeReasonAddressNotAllowed, Message: "outside every allowed CIDR", LastTransitionTime: now}},
+	} {
+		Expect(nodestatus.ApplyCondition(ctx, admin, name, nodestatus.Manager(c.manager, c.cond.Type), c.cond)).To(Succeed())
+	}
+}
+
+// agentStatus is a status as the agent reports it, with its own condition types.
+func agentStatus() v1.MacNodeStatus {
+	now := metav1.Now()
+	return v1.MacNodeStatus{ServingPort: 8080, Lanes: 1, Conditions: []metav1.Condition{
+		{Type: v1.NodeConditionAgentReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentRunning, Message: "the agent is running", LastTransitionTime: now},
+		{Type: v1.NodeConditionPaused, Status: metav1.ConditionFalse, Reason: "NotPaused", Message: "the node serves its lanes", LastTransitionTime: now},
+	}}
+}
+
+// setNodeCondition has the node write cond into its own MacNode's conditions by a merge patch
+// of the whole list, as the agent once wrote Ready.
+func setNodeCondition(w *world, cond metav1.Condition) error {
+	n := node(w.self)
+	stored := n.DeepCopy()
+	cond.LastTransitionTime = metav1.Now()
+	meta.SetStatusCondition(&n.Status.Conditions, cond)
+	return w.as.Status().Patch(ctx, n, client.MergeFrom(stored))
 }
 
 func lease(name, namespace, holder string) *coordinationv1.Lease {
@@ -130,6 +169,20 @@ var rows = []row{
 		stored := n.DeepCopy()
 		n.Status.Lanes = 2
 		return w.as.Status().Patch(ctx, n, client.MergeFrom(stored))
+	}},
+	{name: "applies its own MacNode's status server-side, with its own condition types, beside the controllers'", act: func(w *world) error {
+		controllerWrites(w.self)
+		if err := nodestatus.ApplyAgentStatus(ctx, w.as, w.self, agentStatus()); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(node(w.self).Status.Conditions, v1.ConditionReady); c == nil || c.Status != metav1.ConditionUnknown {
+			return fmt.Errorf("the agent's status changed the controller's Ready condition: %+v", c)
+		}
+		return nil
+	}},
+	{name: "changes its own condition types on its MacNode beside the controllers'", act: func(w *world) error {
+		controllerWrites(w.self)
+		return setNodeCondition(w, metav1.Condition{Type: v1.NodeConditionPaused, Status: metav1.ConditionTrue, Reason: "PausedBySpec", Message: "paused"})
 	}},
 	{name: "creates and renews its own Lease", act: func(w *world) error {
 		l := lease(w.self, "synapse-node-lease", w.self)
@@ -231,6 +284,25 @@ var rows = []row{
 	}},
 	{name: "registers its own MacNode with a finalizer", rule: "macnode-no-finalizers", act: func(w *world) error {
 		return recreateOwnNode(w, &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Finalizers: []string{"example.com/forever"}}})
+	}},
+	{name: "reports its own MacNode Ready (the Lease decides Ready)", rule: "macnode-conditions", act: func(w *world) error {
+		return setNodeCondition(w, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonLeaseRenewed, Message: "alive"})
+	}},
+	{name: "turns its own MacNode Ready again over the controller's Unknown, applied server-side", rule: "macnode-conditions", act: func(w *world) error {
+		controllerWrites(w.self)
+		return nodestatus.ApplyCondition(ctx, w.as, w.self, nodestatus.AgentManager, metav1.Condition{Type: v1.ConditionReady,
+			Status: metav1.ConditionTrue, Reason: v1.NodeReasonLeaseRenewed, Message: "alive", LastTransitionTime: metav1.Now()})
+	}},
+	{name: "removes the controller's Ready condition from its own MacNode", rule: "macnode-conditions", act: func(w *world) error {
+		controllerWrites(w.self)
+		n := node(w.self)
+		meta.RemoveStatusCondition(&n.Status.Conditions, v1.ConditionReady)
+		return w.as.Status().Update(ctx, n)
+	}},
+	{name: "allows its own address (AddressAllowed)", rule: "macnode-conditions", act: func(w *world) error {
+		controllerWrites(w.self)
+		return setNodeCondition(w, metav1.Condition{Type: v1.NodeConditionAddressAllowed, Status: metav1.ConditionTrue,
+			Reason: v1.NodeReasonAddressAllowed, Message: "allowed"})
 	}},
 	{name: "deletes its own MacNode", rule: "macnode-no-delete", rbac: true, act: func(w *world) error { return w.as.Delete(ctx, node(w.self)) }},
 	{name: "changes its own placement's spec", rule: "placement-spec", act: func(w *world) error {
@@ -414,6 +486,6 @@ var _ = Describe("Node restriction", func() {
 })
 
 // allRules are the rules of config/policies, each of which a row exercises.
-var allRules = []string{"node-identity", "macnode-own", "macnode-no-delete", "macnode-status-only", "fleet-labels", "macnode-no-finalizers",
+var allRules = []string{"node-identity", "macnode-own", "macnode-no-delete", "macnode-status-only", "macnode-conditions", "fleet-labels", "macnode-no-finalizers",
 	"placement-update-only", "placement-own", "placement-spec", "placement-finalizers", "placement-owner",
 	"lease-own", "lease-no-delete", "lease-holder", "token-own", "token-audience", "token-lifetime", "csr-create-only", "csr-signer", "nothing-else"}
