@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
 	"github.com/ck-synapse/synapse-fleet/node-agent/nodeidentity"
 )
 
@@ -105,7 +106,7 @@ func stopMacs() {
 	running = nil
 }
 
-// heartbeat renews the Lease and reports the node Ready with the approved worker.
+// heartbeat renews the Lease and reports the node's approved worker.
 func (m *mac) heartbeat() error {
 	l := &coordinationv1.Lease{}
 	err := m.as.Get(ctx, client.ObjectKey{Namespace: "synapse-node-lease", Name: m.name}, l)
@@ -121,19 +122,17 @@ func (m *mac) heartbeat() error {
 	if err != nil {
 		return err
 	}
-	n := &v1.MacNode{}
-	if err := m.as.Get(ctx, client.ObjectKey{Name: m.name}, n); err != nil {
-		return err
-	}
-	stored := n.DeepCopy()
-	n.Status.Platform = v1.Platform{Chip: "M4", MacOSBuild: "25B78"}
-	n.Status.Worker = v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim}
-	n.Status.Capacity = v1.ExecutableBudget{LayerExecutables: 100}
-	n.Status.Addresses = []v1.NodeAddress{{Type: "InternalIP", Address: "192.0.2.10"}}
-	n.Status.ServingPort = 8080
-	n.Status.Conditions = []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentReady,
-		LastTransitionTime: metav1.Now()}}
-	return m.as.Status().Patch(ctx, n, client.MergeFrom(stored))
+	// The agent's own report, written as the agent writes it; the lifecycle controller turns
+	// the node Ready from the Lease.
+	return nodestatus.ApplyAgentStatus(ctx, m.as, m.name, v1.MacNodeStatus{
+		Platform:    v1.Platform{Chip: "M4", MacOSBuild: "25B78"},
+		Worker:      v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
+		Capacity:    v1.ExecutableBudget{LayerExecutables: 100},
+		Addresses:   []v1.NodeAddress{{Type: "InternalIP", Address: "192.0.2.10"}},
+		ServingPort: 8080,
+		Conditions: []metav1.Condition{{Type: v1.NodeConditionAgentReady, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAgentRunning,
+			Message: "the agent is running", LastTransitionTime: metav1.Now()}},
+	})
 }
 
 // retire removes the retirement finalizer of the Mac's placements being deleted.
