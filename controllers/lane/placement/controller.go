@@ -146,11 +146,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	prewarmRungs := prewarm.Resolve(lane, policies.Items).Rungs
 
+	epoch := c.fleet.nodeEpoch()
 	pl, err := c.place(ctx, lane, identity, prewarmRungs)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	c.fleet.observeLane(lane, identity, identity != nil && len(pl.current) < int(lane.Spec.Replicas))
+	missed := c.fleet.observeLane(lane, identity, identity != nil && len(pl.current) < int(lane.Spec.Replicas), epoch)
 	c.setStatus(lane, identity, pl)
 	metrics.UnplaceableLanes.DeletePartialMatch(map[string]string{"namespace": lane.Namespace, "lane": lane.Name})
 	if pl.reason != v1.LaneReasonPlaced {
@@ -163,6 +164,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if pl.drainWait > 0 {
 		res.RequeueAfter = pl.drainWait
+	}
+	if missed && (res.RequeueAfter == 0 || res.RequeueAfter > MissedNodeRetry) {
+		// A node that may fit arrived while the lane was placed (see observeLane): one more
+		// pass per such node event, sooner than any other wait (the pass works that out again).
+		res.RequeueAfter = MissedNodeRetry
 	}
 	if !equality.Semantic.DeepEqual(stored.Status, lane.Status) {
 		if wait := c.statusWait(req.NamespacedName, &stored.Status, &lane.Status); wait > 0 {
@@ -221,6 +227,10 @@ func (c *Controller) drained(lane types.NamespacedName) {
 	defer c.mu.Unlock()
 	delete(c.switched, lane)
 }
+
+// MissedNodeRetry is how soon a lane found short is placed again when a node that may fit
+// arrived while it was being placed.
+const MissedNodeRetry = 100 * time.Millisecond
 
 // statusWait is how long a status write must wait to be coalesced with the next: zero when it
 // says something placement decided, or the lane's last write is StatusInterval old.

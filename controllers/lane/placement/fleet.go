@@ -69,6 +69,10 @@ type fleet struct {
 	lanes      map[types.NamespacedName]*laneInfo
 	// waiting holds the lanes short of replicas whose identity exists, by the key it needs.
 	waiting map[identityKey]map[types.NamespacedName]*laneInfo
+	// nodesFreed counts the node events that can let a waiting lane place (a node turned
+	// schedulable, changed worker or labels, or grew): a lane that was found short while one
+	// arrived was not yet waiting for it (see observeLane).
+	nodesFreed uint64
 }
 
 // identityKey is what every identity that matches a node shares with it: the worker binary and
@@ -220,9 +224,18 @@ func (f *fleet) observeNode(node *v1.MacNode) []reconcile.Request {
 	if n.schedulable() && (old == nil || !schedulable(old) || !sameWorker(old, node) ||
 		!equality.Semantic.DeepEqual(old.Labels, node.Labels) ||
 		node.Status.Capacity.LayerExecutables > old.Status.Capacity.LayerExecutables) {
+		f.nodesFreed++
 		out = f.fitting(n, out)
 	}
 	return out
+}
+
+// nodeEpoch is the count of node events that can let a waiting lane place; a reconcile reads
+// it before it places and hands it to observeLane.
+func (f *fleet) nodeEpoch() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.nodesFreed
 }
 
 // sameWorker reports whether two versions of a node run the same worker on the same platform,
@@ -575,8 +588,12 @@ func (f *fleet) forget(namespace, name string) {
 }
 
 // observeLane records a reconciled lane: the identity it names and, if it is short of
-// replicas while its identity exists, that it waits for nodes of the identity's key.
-func (f *fleet) observeLane(lane *v1.CatalogLane, id *v1.CertifiedIdentity, short bool) {
+// replicas while its identity exists, that it waits for nodes of the identity's key. since is
+// the nodeEpoch read before the lane was placed: it reports whether a node that may fit arrived
+// meanwhile, whose event found the lane not yet waiting and enqueued nothing (a node turned
+// Ready by the lifecycle controller while the lane was being placed), so the lane is placed
+// again now rather than at the next node event, which may never come.
+func (f *fleet) observeLane(lane *v1.CatalogLane, id *v1.CertifiedIdentity, short bool, since uint64) (missed bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	key := types.NamespacedName{Namespace: lane.Namespace, Name: lane.Name}
@@ -584,7 +601,7 @@ func (f *fleet) observeLane(lane *v1.CatalogLane, id *v1.CertifiedIdentity, shor
 	l := &laneInfo{key: key, identity: lane.Spec.IdentityRef.Name}
 	f.lanes[key] = l
 	if !short || id == nil {
-		return
+		return false
 	}
 	l.id, l.selector, l.charge = id, labels.SelectorFromSet(lane.Spec.NodeSelector), id.Spec.Model.Layers
 	k := identityKeyOf(id)
@@ -592,6 +609,7 @@ func (f *fleet) observeLane(lane *v1.CatalogLane, id *v1.CertifiedIdentity, shor
 		f.waiting[k] = map[types.NamespacedName]*laneInfo{}
 	}
 	f.waiting[k][key] = l
+	return f.nodesFreed != since
 }
 
 // forgetLane drops a deleted lane.

@@ -110,9 +110,9 @@ func TestNodeEventsEnqueueOnlyTheLanesTheyCanAffect(t *testing.T) {
 			f.observeIdentity(id)
 			f.observePlacement(testPlacement("placed", "mac-1", id))
 			f.observePlacement(testPlacement("filler", "mac-1", id))
-			f.observeLane(testLane("placed", id, nil), id, false)
-			f.observeLane(testLane("waiting", id, map[string]string{"pool": "a"}), id, true)
-			f.observeLane(testLane("waiting-other", other, nil), other, true)
+			f.observeLane(testLane("placed", id, nil), id, false, 0)
+			f.observeLane(testLane("waiting", id, map[string]string{"pool": "a"}), id, true, 0)
+			f.observeLane(testLane("waiting-other", other, nil), other, true, 0)
 			changed := n.DeepCopy()
 			tc.change(changed)
 			if got := lanes(f.observeNode(changed)); !slices.Equal(got, tc.want) {
@@ -129,10 +129,10 @@ func TestANodeBackInServiceEnqueuesTheWaitingLanesThatFit(t *testing.T) {
 	f.observeNode(down)
 	f.observeIdentity(small)
 	f.observePlacement(testPlacement("resident", "mac-1", small))
-	f.observeLane(testLane("fits", small, nil), small, true)
-	f.observeLane(testLane("too-big", big, nil), big, true)
-	f.observeLane(testLane("elsewhere", small, map[string]string{"pool": "z"}), small, true)
-	f.observeLane(testLane("resident", small, nil), small, true) // short of a second replica
+	f.observeLane(testLane("fits", small, nil), small, true, 0)
+	f.observeLane(testLane("too-big", big, nil), big, true, 0)
+	f.observeLane(testLane("elsewhere", small, map[string]string{"pool": "z"}), small, true, 0)
+	f.observeLane(testLane("resident", small, nil), small, true, 0) // short of a second replica
 
 	up := down.DeepCopy()
 	up.Spec.Unschedulable = false
@@ -141,6 +141,34 @@ func TestANodeBackInServiceEnqueuesTheWaitingLanesThatFit(t *testing.T) {
 	}
 	if got := lanes(f.forgetNode("mac-1")); !slices.Equal(got, []string{"resident"}) {
 		t.Errorf("a deleted node enqueued %v, want the lane placed on it", got)
+	}
+}
+
+// A node that turns Ready while a lane is being placed finds the lane not yet waiting, and
+// its event enqueues nothing: the lane's reconcile learns of it and places again, rather than
+// waiting for a node event that may never come. Without such an event it does not.
+func TestALaneFoundShortWhileANodeTurnedReadyIsPlacedAgain(t *testing.T) {
+	f := newFleet(clocktesting.NewFakeClock(time.Now()))
+	id := testIdentity("gte", 10)
+	f.observeIdentity(id)
+	notReady := testNode("mac-1", func(n *v1.MacNode) { n.Status.Conditions = nil })
+	f.observeNode(notReady)
+
+	epoch := f.nodeEpoch() // the reconcile starts: mac-1 is not Ready, the lane is short
+	if got := lanes(f.observeNode(testNode("mac-1"))); len(got) != 0 {
+		t.Fatalf("enqueued %v for a lane that is not waiting yet", got)
+	}
+	if !f.observeLane(testLane("lane", id, nil), id, true, epoch) {
+		t.Error("the lane found short while mac-1 turned Ready is not placed again")
+	}
+
+	epoch = f.nodeEpoch()                                                        // the next pass: nothing arrives meanwhile
+	f.observeNode(testNode("mac-1", func(n *v1.MacNode) { n.Status.Lanes = 1 })) // status that frees nothing
+	if f.observeLane(testLane("lane", id, nil), id, true, epoch) {
+		t.Error("a lane still short is placed again with no node event that could let it place")
+	}
+	if f.observeLane(testLane("lane", id, nil), id, false, 0) {
+		t.Error("a lane that is not short is placed again")
 	}
 }
 
@@ -199,7 +227,7 @@ func TestAnAssumedPlacementIsConfirmedThenReleased(t *testing.T) {
 	if got := reserveOne(f, second, id); len(got.chosen) != 0 || got.short != 1 {
 		t.Fatalf("a confirmed placement must keep its charge: %+v", got)
 	}
-	f.observeLane(second, id, true)
+	f.observeLane(second, id, true, 0)
 	// Its agent reports it Ready: its lane's status follows.
 	ready := p.DeepCopy()
 	ready.Status.Phase = v1.PhaseReady
@@ -267,9 +295,9 @@ func TestAnIdentityEnqueuesItsLanesOnlyWhenNewChangedOrGone(t *testing.T) {
 	f := newFleet(clocktesting.NewFakeClock(time.Now()))
 	id, other := testIdentity("gte", 22), testIdentity("other", 22)
 	id.Generation, other.Generation = 1, 1
-	f.observeLane(testLane("a", id, nil), id, true)
-	f.observeLane(testLane("b", id, nil), id, false)
-	f.observeLane(testLane("c", other, nil), other, true)
+	f.observeLane(testLane("a", id, nil), id, true, 0)
+	f.observeLane(testLane("b", id, nil), id, false, 0)
+	f.observeLane(testLane("c", other, nil), other, true, 0)
 	if got := lanes(f.observeIdentity(id)); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("a new identity enqueued %v, want the lanes that name it", got)
 	}
