@@ -21,7 +21,7 @@ import (
 )
 
 // MacNode condition types and reasons. Each type has one writer, which writes it alone by
-// server-side apply under its own field manager (internal/nodestatus): Ready, EvictionHeld
+// server-side apply under its own field manager (internal/statusapply): Ready, EvictionHeld
 // (the node lifecycle controller), AddressAllowed (the endpoints controller); AgentReady,
 // ANEAvailable, TempSpaceLow, Paused (the node's agent).
 const (

@@ -32,7 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
-	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 )
 
 // A renewal is one request: the Lease the heartbeat last wrote is updated without reading it
@@ -173,7 +173,7 @@ func TestTheNodeStatusNeverErasesAConditionWrittenSinceTheCachedCopy(t *testing.
 		{Type: v1.ConditionReady, Status: metav1.ConditionUnknown, Reason: v1.NodeReasonLeaseExpired, Message: "written by the controller"},
 	} {
 		c.LastTransitionTime = metav1.NewTime(clk.Now())
-		if err := nodestatus.ApplyCondition(ctx, a.kube, "mac-1", nodestatus.Manager("controller", c.Type), c); err != nil {
+		if err := statusapply.ApplyCondition(ctx, a.kube, "mac-1", statusapply.Manager("controller", c.Type), c); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
-	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
 )
 
@@ -105,7 +105,9 @@ func (a *Agent) refreshNode(ctx context.Context) error {
 	return nil
 }
 
-// writePlacementStatus patches one placement's status if it differs from what the agent knows.
+// writePlacementStatus applies one placement's status if it differs from what the agent knows:
+// its own fields and condition types only, so the controllers' conditions (NodeReady,
+// Drained), which the cached copy may not show yet, are neither erased nor reverted.
 func (a *Agent) writePlacementStatus(ctx context.Context, key types.NamespacedName) (bool, error) {
 	p := &v1.LanePlacement{}
 	if err := a.kube.Get(ctx, key, p); err != nil {
@@ -115,7 +117,7 @@ func (a *Agent) writePlacementStatus(ctx context.Context, key types.NamespacedNa
 	if !a.placementStatus(key, p) || equality.Semantic.DeepEqual(stored.Status, p.Status) {
 		return false, nil
 	}
-	return true, client.IgnoreNotFound(a.kube.Status().Patch(ctx, p, client.MergeFrom(stored)))
+	return true, client.IgnoreNotFound(statusapply.ApplyAgentPlacementStatus(ctx, a.kube, key, p.Status))
 }
 
 // placementStatus fills p's status from the lane's state; false if the agent has no entry.
@@ -377,7 +379,7 @@ func (a *Agent) writeNodeStatus(ctx context.Context, progressDue bool) (bool, er
 	// Applied, not patched: the agent's fields and its own conditions only, so a controller's
 	// condition (Ready, AddressAllowed) that the informer's cache does not show yet is neither
 	// erased nor reverted, and no conflict costs a pass.
-	return true, nodestatus.ApplyAgentStatus(ctx, a.kube, a.cfg.NodeName, node.Status)
+	return true, statusapply.ApplyAgentStatus(ctx, a.kube, a.cfg.NodeName, node.Status)
 }
 
 func capitalise(s string) string {

@@ -35,7 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
-	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 	"github.com/ck-synapse/synapse-fleet/node-agent/nodeidentity"
 )
 
@@ -124,7 +124,7 @@ func (m *mac) heartbeat() error {
 	}
 	// The agent's own report, written as the agent writes it; the lifecycle controller turns
 	// the node Ready from the Lease.
-	return nodestatus.ApplyAgentStatus(ctx, m.as, m.name, v1.MacNodeStatus{
+	return statusapply.ApplyAgentStatus(ctx, m.as, m.name, v1.MacNodeStatus{
 		Platform:    v1.Platform{Chip: "M4", MacOSBuild: "25B78"},
 		Worker:      v1.NodeWorker{SigningIdentifier: "synapse-ane-worker", BinaryDigest: digest, ProtocolVersion: 3, Backend: v1.BackendSim},
 		Capacity:    v1.ExecutableBudget{LayerExecutables: 100},

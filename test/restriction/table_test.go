@@ -42,7 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
-	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 	"github.com/ck-synapse/synapse-fleet/node-agent/nodeidentity"
 )
 
@@ -83,13 +83,23 @@ func controllerWrites(name string) {
 		manager string
 		cond    metav1.Condition
 	}{
-		{nodestatus.LifecycleManager, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionUnknown, Reason: v1.NodeReasonLeaseExpired,
+		{statusapply.LifecycleManager, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionUnknown, Reason: v1.NodeReasonLeaseExpired,
 			Message: "the agent's Lease has not been seen renewed", LastTransitionTime: now}},
-		{nodestatus.AddressManager, metav1.Condition{Type: v1.NodeConditionAddressAllowed, Status: metav1.ConditionFalse,
+		{statusapply.AddressManager, metav1.Condition{Type: v1.NodeConditionAddressAllowed, Status: metav1.ConditionFalse,
 			Reason: v1.NodeReasonAddressNotAllowed, Message: "outside every allowed CIDR", LastTransitionTime: now}},
 	} {
-		Expect(nodestatus.ApplyCondition(ctx, admin, name, nodestatus.Manager(c.manager, c.cond.Type), c.cond)).To(Succeed())
+		Expect(statusapply.ApplyCondition(ctx, admin, name, statusapply.Manager(c.manager, c.cond.Type), c.cond)).To(Succeed())
 	}
+}
+
+// nodeUnknownOn marks the placement NodeReady=False, as the lifecycle controller does when its
+// node's Lease expires.
+func nodeUnknownOn(p *v1.LanePlacement) {
+	GinkgoHelper()
+	got := get(p.DeepCopy())
+	meta.SetStatusCondition(&got.Status.Conditions, metav1.Condition{Type: v1.PlacementConditionNodeReady, Status: metav1.ConditionFalse,
+		Reason: v1.PlacementReasonNodeUnknown, Message: "the node is Unknown", LastTransitionTime: metav1.Now()})
+	Expect(admin.Status().Update(ctx, got)).To(Succeed())
 }
 
 // agentStatus is a status as the agent reports it, with its own condition types.
@@ -172,7 +182,7 @@ var rows = []row{
 	}},
 	{name: "applies its own MacNode's status server-side, with its own condition types, beside the controllers'", act: func(w *world) error {
 		controllerWrites(w.self)
-		if err := nodestatus.ApplyAgentStatus(ctx, w.as, w.self, agentStatus()); err != nil {
+		if err := statusapply.ApplyAgentStatus(ctx, w.as, w.self, agentStatus()); err != nil {
 			return err
 		}
 		if c := meta.FindStatusCondition(node(w.self).Status.Conditions, v1.ConditionReady); c == nil || c.Status != metav1.ConditionUnknown {
@@ -183,6 +193,20 @@ var rows = []row{
 	{name: "changes its own condition types on its MacNode beside the controllers'", act: func(w *world) error {
 		controllerWrites(w.self)
 		return setNodeCondition(w, metav1.Condition{Type: v1.NodeConditionPaused, Status: metav1.ConditionTrue, Reason: "PausedBySpec", Message: "paused"})
+	}},
+	{name: "applies its own placement's status server-side, with its own condition types, beside the controller's NodeReady", act: func(w *world) error {
+		nodeUnknownOn(w.own)
+		st := get(w.own.DeepCopy()).Status
+		st.Phase = v1.PhaseReady
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready",
+			Message: "serving", LastTransitionTime: metav1.Now()})
+		if err := statusapply.ApplyAgentPlacementStatus(ctx, w.as, client.ObjectKeyFromObject(w.own), st); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(get(w.own.DeepCopy()).Status.Conditions, v1.PlacementConditionNodeReady); c == nil || c.Status != metav1.ConditionFalse {
+			return fmt.Errorf("the agent's status changed the controller's NodeReady condition: %+v", c)
+		}
+		return nil
 	}},
 	{name: "creates and renews its own Lease", act: func(w *world) error {
 		l := lease(w.self, "synapse-node-lease", w.self)
@@ -290,7 +314,7 @@ var rows = []row{
 	}},
 	{name: "turns its own MacNode Ready again over the controller's Unknown, applied server-side", rule: "macnode-conditions", act: func(w *world) error {
 		controllerWrites(w.self)
-		return nodestatus.ApplyCondition(ctx, w.as, w.self, nodestatus.AgentManager, metav1.Condition{Type: v1.ConditionReady,
+		return statusapply.ApplyCondition(ctx, w.as, w.self, statusapply.AgentManager, metav1.Condition{Type: v1.ConditionReady,
 			Status: metav1.ConditionTrue, Reason: v1.NodeReasonLeaseRenewed, Message: "alive", LastTransitionTime: metav1.Now()})
 	}},
 	{name: "removes the controller's Ready condition from its own MacNode", rule: "macnode-conditions", act: func(w *world) error {
@@ -298,6 +322,13 @@ var rows = []row{
 		n := node(w.self)
 		meta.RemoveStatusCondition(&n.Status.Conditions, v1.ConditionReady)
 		return w.as.Status().Update(ctx, n)
+	}},
+	{name: "marks its own placement NodeReady again over the controller's NodeReady=False", rule: "placement-conditions", act: func(w *world) error {
+		nodeUnknownOn(w.own)
+		p := get(w.own.DeepCopy())
+		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1.PlacementConditionNodeReady, Status: metav1.ConditionTrue,
+			Reason: v1.PlacementReasonNodeReady, Message: "alive", LastTransitionTime: metav1.Now()})
+		return w.as.Status().Update(ctx, p)
 	}},
 	{name: "allows its own address (AddressAllowed)", rule: "macnode-conditions", act: func(w *world) error {
 		controllerWrites(w.self)
@@ -487,5 +518,5 @@ var _ = Describe("Node restriction", func() {
 
 // allRules are the rules of config/policies, each of which a row exercises.
 var allRules = []string{"node-identity", "macnode-own", "macnode-no-delete", "macnode-status-only", "macnode-conditions", "fleet-labels", "macnode-no-finalizers",
-	"placement-update-only", "placement-own", "placement-spec", "placement-finalizers", "placement-owner",
+	"placement-update-only", "placement-own", "placement-spec", "placement-conditions", "placement-finalizers", "placement-owner",
 	"lease-own", "lease-no-delete", "lease-holder", "token-own", "token-audience", "token-lifetime", "csr-create-only", "csr-signer", "nothing-else"}

@@ -36,7 +36,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/internal/enqueue"
-	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 )
 
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes,verbs=get;list;watch
@@ -119,12 +119,12 @@ func (c *AddressController) Reconcile(ctx context.Context, req reconcile.Request
 	default:
 		return reconcile.Result{}, err
 	}
-	if !nodestatus.Changed(node.Status.Conditions, cond) {
+	if !statusapply.Changed(node.Status.Conditions, cond) {
 		return reconcile.Result{}, nil
 	}
 	// Applied on its own: the agent's and the lifecycle controller's conditions are theirs
-	// (internal/nodestatus).
-	cond = nodestatus.Next(node.Status.Conditions, cond)
-	return reconcile.Result{}, nodestatus.ApplyCondition(ctx, c.kube, node.Name,
-		nodestatus.Manager(nodestatus.AddressManager, v1.NodeConditionAddressAllowed), cond)
+	// (internal/statusapply).
+	cond = statusapply.Next(node.Status.Conditions, cond)
+	return reconcile.Result{}, statusapply.ApplyCondition(ctx, c.kube, node.Name,
+		statusapply.Manager(statusapply.AddressManager, v1.NodeConditionAddressAllowed), cond)
 }

@@ -24,7 +24,7 @@ limitations under the License.
 // The Lease decides Ready, and this controller is Ready's only writer: True while the Lease is
 // seen renewed within the grace period, Unknown once it is not. The agent reports its own
 // condition types beside it (AgentReady, ANEAvailable, Paused), and each writer applies only
-// its own types (internal/nodestatus): an agent whose Lease renewals fail while its status
+// its own types (internal/statusapply): an agent whose Lease renewals fail while its status
 // writes succeed cannot turn the node Ready again, so the node does not flap, lanes are not
 // placed on it between flips, and nothing placed there is evicted by the next flip.
 //
@@ -61,7 +61,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
-	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 )
 
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes,verbs=get;list;watch
@@ -255,19 +255,19 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 // setReady writes the node's Ready condition when it differs from what the node holds. This
 // controller is its only writer: the Lease decides Ready, and the agent reports its own
 // conditions (AgentReady and the rest) beside it. The condition is applied on its own (see
-// internal/nodestatus), so neither the agent's status writes nor this one's touch the other's.
+// internal/statusapply), so neither the agent's status writes nor this one's touch the other's.
 func (c *Controller) setReady(ctx context.Context, node *v1.MacNode, status metav1.ConditionStatus, reason, message string) error {
 	cond := metav1.Condition{Type: v1.ConditionReady, Status: status, Reason: reason, Message: message,
 		ObservedGeneration: node.Generation, LastTransitionTime: metav1.NewTime(c.clk.Now())}
-	if !nodestatus.Changed(node.Status.Conditions, cond) {
+	if !statusapply.Changed(node.Status.Conditions, cond) {
 		return nil
 	}
 	var was metav1.ConditionStatus // "" when the node has none yet
 	if c := meta.FindStatusCondition(node.Status.Conditions, v1.ConditionReady); c != nil {
 		was = c.Status
 	}
-	cond = nodestatus.Next(node.Status.Conditions, cond)
-	if err := nodestatus.ApplyCondition(ctx, c.kube, node.Name, nodestatus.Manager(nodestatus.LifecycleManager, v1.ConditionReady), cond); err != nil {
+	cond = statusapply.Next(node.Status.Conditions, cond)
+	if err := statusapply.ApplyCondition(ctx, c.kube, node.Name, statusapply.Manager(statusapply.LifecycleManager, v1.ConditionReady), cond); err != nil {
 		return fmt.Errorf("writing the Ready condition of MacNode %s: %w", node.Name, err)
 	}
 	meta.SetStatusCondition(&node.Status.Conditions, cond)

@@ -30,7 +30,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
-	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 )
 
 // fleetHealth is how many nodes are unreachable, of how many, when evictions are judged.
@@ -164,11 +164,11 @@ func (c *Controller) lift(ctx context.Context, node *v1.MacNode, why string) err
 func (c *Controller) setEvictionHeld(ctx context.Context, node *v1.MacNode, status metav1.ConditionStatus, reason, message string, now time.Time) (bool, error) {
 	cond := metav1.Condition{Type: v1.NodeConditionEvictionHeld, Status: status, Reason: reason, Message: message,
 		ObservedGeneration: node.Generation, LastTransitionTime: metav1.NewTime(now)}
-	if !nodestatus.Changed(node.Status.Conditions, cond) {
+	if !statusapply.Changed(node.Status.Conditions, cond) {
 		return false, nil
 	}
-	cond = nodestatus.Next(node.Status.Conditions, cond)
-	if err := nodestatus.ApplyCondition(ctx, c.kube, node.Name, nodestatus.Manager(nodestatus.LifecycleManager, v1.NodeConditionEvictionHeld), cond); err != nil {
+	cond = statusapply.Next(node.Status.Conditions, cond)
+	if err := statusapply.ApplyCondition(ctx, c.kube, node.Name, statusapply.Manager(statusapply.LifecycleManager, v1.NodeConditionEvictionHeld), cond); err != nil {
 		return false, fmt.Errorf("writing the EvictionHeld condition of MacNode %s: %w", node.Name, err)
 	}
 	meta.SetStatusCondition(&node.Status.Conditions, cond)

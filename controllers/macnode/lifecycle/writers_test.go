@@ -29,11 +29,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
-	"github.com/ck-synapse/synapse-fleet/internal/nodestatus"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 )
 
 // agentWrites writes the node's status as its agent does (the agent's own write path,
-// nodestatus.ApplyAgentStatus), from from: a copy of the node the agent read, stale or not,
+// statusapply.ApplyAgentStatus), from from: a copy of the node the agent read, stale or not,
 // which may carry a Ready condition someone else wrote.
 func agentWrites(from *v1.MacNode, lanes int, paused bool) {
 	GinkgoHelper()
@@ -51,7 +51,7 @@ func agentWrites(from *v1.MacNode, lanes int, paused bool) {
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1.NodeConditionPaused, Status: pausedStatus, Reason: reason,
 		Message: "as the spec says", LastTransitionTime: now})
-	Expect(nodestatus.ApplyAgentStatus(ctx, kube, from.Name, *st)).To(Succeed())
+	Expect(statusapply.ApplyAgentStatus(ctx, kube, from.Name, *st)).To(Succeed())
 }
 
 func read(n *v1.MacNode) *v1.MacNode {
@@ -101,7 +101,7 @@ var _ = Describe("One writer per fact", func() {
 			Expect(*meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady)).To(Equal(readyBefore),
 				"the agent's write changed the controller's Ready")
 			Expect(conditionsOf(got, agentTypes...)).To(HaveLen(3))
-			Expect(nodestatus.ApplyCondition(ctx, kube, n.Name, nodestatus.Manager(nodestatus.AddressManager, v1.NodeConditionAddressAllowed),
+			Expect(statusapply.ApplyCondition(ctx, kube, n.Name, statusapply.Manager(statusapply.AddressManager, v1.NodeConditionAddressAllowed),
 				metav1.Condition{Type: v1.NodeConditionAddressAllowed, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAddressAllowed,
 					Message: "inside the allowed CIDRs", LastTransitionTime: metav1.NewTime(clk.Now())})).To(Succeed())
 			agentBefore := conditionsOf(read(n), agentTypes...)
@@ -124,10 +124,10 @@ var _ = Describe("One writer per fact", func() {
 			Expect(got.Status.Lanes).To(Equal(int32(2)))
 
 			// Each condition is held by its writer's field manager alone.
-			Expect(owner(got, v1.ConditionReady)).To(ConsistOf(nodestatus.Manager(nodestatus.LifecycleManager, v1.ConditionReady)))
-			Expect(owner(got, v1.NodeConditionAddressAllowed)).To(ConsistOf(nodestatus.Manager(nodestatus.AddressManager, v1.NodeConditionAddressAllowed)))
+			Expect(owner(got, v1.ConditionReady)).To(ConsistOf(statusapply.Manager(statusapply.LifecycleManager, v1.ConditionReady)))
+			Expect(owner(got, v1.NodeConditionAddressAllowed)).To(ConsistOf(statusapply.Manager(statusapply.AddressManager, v1.NodeConditionAddressAllowed)))
 			for _, t := range agentTypes {
-				Expect(owner(got, t)).To(ConsistOf(nodestatus.AgentManager), "condition %s", t)
+				Expect(owner(got, t)).To(ConsistOf(statusapply.AgentManager), "condition %s", t)
 			}
 
 			// The Lease is renewed: Ready True again, the agent's conditions untouched.

@@ -14,13 +14,15 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package nodestatus writes a MacNode's status by server-side apply, so that each fact has one
-// writer and no writer erases another's. A MacNode's conditions are written by three: the
-// node's agent (AgentReady, ANEAvailable, TempSpaceLow, Paused, and the rest of the status),
-// the node lifecycle controller (Ready, from the Lease, and EvictionHeld) and the endpoints
-// controller (AddressAllowed). A merge patch replaces a list whole, so a writer that patched
-// the conditions from a stale copy erased or reverted the others' (the agent's Ready=True and
-// the controller's Unknown overwrote each other on every pass).
+// Package statusapply writes the status of MacNodes and LanePlacements by server-side apply,
+// so that each fact has one writer and no writer erases another's. A MacNode's conditions are
+// written by three: the node's agent (AgentReady, ANEAvailable, TempSpaceLow, Paused, and the
+// rest of the status), the node lifecycle controller (Ready, from the Lease, and EvictionHeld)
+// and the endpoints controller (AddressAllowed); a LanePlacement's by the agent (its phase,
+// shapes and most conditions), the lifecycle controller (NodeReady) and the endpoints
+// controller (Drained). A merge patch replaces a list whole, so a writer that patched the
+// conditions from a stale copy erased or reverted the others' (the agent's Ready=True and the
+// controller's Unknown overwrote each other on every pass).
 //
 // status.conditions is `+listType=map` keyed by `type`: the API server merges an applied
 // configuration into it entry by entry, and an entry belongs to the field manager that applied
@@ -31,7 +33,7 @@ limitations under the License.
 // why each condition the controllers write has a field manager of its own (Manager): a
 // controller that writes two types at different moments, from a cache that may not yet show
 // the other, never drops one by applying the other.
-package nodestatus
+package statusapply
 
 import (
 	"context"
@@ -63,6 +65,11 @@ const (
 // (config/policies/node_restriction.yaml, rule macnode-conditions).
 var AgentConditions = []string{v1.NodeConditionAgentReady, v1.NodeConditionANEAvailable, v1.NodeConditionTempSpaceLow, v1.NodeConditionPaused}
 
+// AgentPlacementConditions are the placement condition types the node's agent writes;
+// NodeReady is the lifecycle controller's, Drained the endpoints controller's.
+var AgentPlacementConditions = []string{v1.ConditionReady, v1.PlacementConditionArtifactVerified, v1.PlacementConditionWorkerRunning,
+	v1.PlacementConditionSelfChecked, v1.PlacementConditionTerminating}
+
 // Manager is the field manager of one controller's condition type: the controller's prefix and
 // the type, so that each type a controller writes is applied, and kept, on its own.
 func Manager(prefix, conditionType string) string { return prefix + "-" + conditionType }
@@ -88,7 +95,7 @@ func Changed(current []metav1.Condition, cond metav1.Condition) bool {
 // other condition as it is. Ownership is forced: the type is this writer's alone, and a node
 // written before the writers were split has it owned by an older manager.
 func ApplyCondition(ctx context.Context, c client.Client, node, manager string, cond metav1.Condition) error {
-	return apply(ctx, c, node, manager, struct {
+	return apply(ctx, c, &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: node}}, "MacNode", manager, struct {
 		Conditions []metav1.Condition `json:"conditions"`
 	}{Conditions: []metav1.Condition{cond}})
 }
@@ -97,22 +104,32 @@ func ApplyCondition(ctx context.Context, c client.Client, node, manager string, 
 // conditions only AgentConditions; whatever else st holds (a controller's condition read from
 // the cache) is left out, so it is neither written nor taken over.
 func ApplyAgentStatus(ctx context.Context, c client.Client, node string, st v1.MacNodeStatus) error {
-	st.Conditions = slices.DeleteFunc(slices.Clone(st.Conditions), func(c metav1.Condition) bool {
-		return !slices.Contains(AgentConditions, c.Type)
-	})
-	return apply(ctx, c, node, AgentManager, st)
+	st.Conditions = only(st.Conditions, AgentConditions)
+	return apply(ctx, c, &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: node}}, "MacNode", AgentManager, st)
 }
 
-// apply sends status as an applied configuration of the MacNode's status subresource.
-func apply(ctx context.Context, c client.Client, node, manager string, status any) error {
-	body, err := json.Marshal(map[string]any{
-		"apiVersion": v1.GroupVersion.String(), "kind": "MacNode",
-		"metadata": map[string]any{"name": node},
-		"status":   status,
-	})
-	if err != nil {
-		return fmt.Errorf("encoding the status of MacNode %s: %w", node, err)
+// ApplyAgentPlacementStatus writes a placement's status as its node's agent reports it: every
+// field of st, and of its conditions only AgentPlacementConditions. A condition the agent
+// applied before and leaves out now (Terminating, once the agent runs again) is removed.
+func ApplyAgentPlacementStatus(ctx context.Context, c client.Client, key types.NamespacedName, st v1.LanePlacementStatus) error {
+	st.Conditions = only(st.Conditions, AgentPlacementConditions)
+	return apply(ctx, c, &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, "LanePlacement", AgentManager, st)
+}
+
+// only is the conditions of the given types.
+func only(conds []metav1.Condition, types []string) []metav1.Condition {
+	return slices.DeleteFunc(slices.Clone(conds), func(c metav1.Condition) bool { return !slices.Contains(types, c.Type) })
+}
+
+// apply sends status as an applied configuration of obj's status subresource.
+func apply(ctx context.Context, c client.Client, obj client.Object, kind, manager string, status any) error {
+	md := map[string]any{"name": obj.GetName()}
+	if obj.GetNamespace() != "" {
+		md["namespace"] = obj.GetNamespace()
 	}
-	obj := &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	body, err := json.Marshal(map[string]any{"apiVersion": v1.GroupVersion.String(), "kind": kind, "metadata": md, "status": status})
+	if err != nil {
+		return fmt.Errorf("encoding the status of %s %s: %w", kind, client.ObjectKeyFromObject(obj), err)
+	}
 	return c.Status().Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(manager), client.ForceOwnership)
 }
