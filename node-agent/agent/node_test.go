@@ -211,3 +211,76 @@ func TestTheNodeStatusNeverErasesAConditionWrittenSinceTheCachedCopy(t *testing.
 		t.Errorf("the pause was not written from the stale copy: %+v", got.Status.Conditions)
 	}
 }
+
+// A placement's status has three writers: the agent, the lifecycle controller (NodeReady) and
+// the endpoints controller (Drained). The agent applies only its own fields and condition
+// types, so a pass on a cached copy that does not show the controller's NodeReady=False yet
+// neither reverts nor erases it; a condition the agent stops reporting (Terminating, once it
+// is no longer stopping) is removed.
+func TestThePlacementStatusNeverRevertsTheControllersConditions(t *testing.T) {
+	p := testPlacement("gte")
+	a, clk, _ := newTestAgent(t, p)
+	ctx := context.Background()
+	loadReady(t, a, p)
+	last := map[string]time.Time{}
+	a.statusPass(ctx, last)
+	key := client.ObjectKeyFromObject(p)
+	stale := &v1.LanePlacement{}
+	if err := a.kube.Get(ctx, key, stale); err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(stale.Status.Conditions, v1.ConditionReady) {
+		t.Fatalf("the placement is not Ready to begin with: %+v", stale.Status.Conditions)
+	}
+	// The lifecycle controller marks it, as it does, on a fresh copy with an optimistic lock.
+	fresh := stale.DeepCopy()
+	meta.SetStatusCondition(&fresh.Status.Conditions, metav1.Condition{Type: v1.PlacementConditionNodeReady, Status: metav1.ConditionFalse,
+		Reason: v1.PlacementReasonNodeUnknown, Message: "the node is Unknown", LastTransitionTime: metav1.NewTime(clk.Now())})
+	if err := a.kube.Status().Patch(ctx, fresh, client.MergeFromWithOptions(stale, client.MergeFromWithOptimisticLock{})); err != nil {
+		t.Fatal(err)
+	}
+
+	real := a.kube
+	staleReads := 1
+	a.kube = interceptor.NewClient(real.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if lp, ok := obj.(*v1.LanePlacement); ok && staleReads > 0 {
+				staleReads--
+				stale.DeepCopyInto(lp)
+				return nil
+			}
+			return c.Get(ctx, k, obj, opts...)
+		},
+	})
+	stopping := func(on bool) {
+		a.mu.Lock()
+		a.stopping = on
+		a.mu.Unlock()
+	}
+	stopping(true)
+	clk.Step(a.cfg.StatusInterval)
+	a.statusPass(ctx, last)
+	got := &v1.LanePlacement{}
+	if err := real.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1.PlacementConditionNodeReady); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("the agent's write from a stale copy reverted the controller's NodeReady: %+v", got.Status.Conditions)
+	}
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, v1.PlacementConditionTerminating) {
+		t.Errorf("the agent's Terminating was not written: %+v", got.Status.Conditions)
+	}
+
+	stopping(false)
+	clk.Step(a.cfg.StatusInterval)
+	a.statusPass(ctx, last)
+	if err := real.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	if meta.FindStatusCondition(got.Status.Conditions, v1.PlacementConditionTerminating) != nil {
+		t.Errorf("the Terminating condition the agent no longer reports is still there: %+v", got.Status.Conditions)
+	}
+	if meta.FindStatusCondition(got.Status.Conditions, v1.PlacementConditionNodeReady) == nil {
+		t.Errorf("the controller's NodeReady is gone: %+v", got.Status.Conditions)
+	}
+}
