@@ -107,10 +107,12 @@ type Controller struct {
 	held bool
 }
 
-// heartbeat is one renewal as this controller saw it.
+// heartbeat is one renewal as this controller saw it. changed: it is not the first this
+// controller saw of the node (it saw the Lease renewed since it started, or the node is new).
 type heartbeat struct {
 	renewal string
 	seen    time.Time
+	changed bool
 }
 
 // NewController returns the controller with the default grace period, eviction timeout,
@@ -196,11 +198,27 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		return reconcile.Result{}, err
 	}
 	now := c.clk.Now()
-	renewed, renewal, err := c.lastRenewal(ctx, node.Name, now)
+	renewed, renewal, changed, err := c.lastRenewal(ctx, node.Name, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	expiresAt := renewed.Add(c.grace)
+	// A node this controller finds not Ready, whose Lease it has not seen renewed since it
+	// started (a restart, a new leader), stays as it is: the renewal it counts from now is the
+	// one that made the node Unknown, not a new one. It neither turns Ready for a grace period
+	// (a dead Mac flapping on every controller restart) nor is written again; its eviction
+	// counts from now (a restart delays it, never hastens it).
+	if cond := meta.FindStatusCondition(node.Status.Conditions, v1.ConditionReady); !changed && cond != nil && cond.Status != metav1.ConditionTrue {
+		metrics.NodeReady.WithLabelValues(node.Name).Set(0)
+		if err := c.releaseDeleted(ctx, node.Name); err != nil {
+			return reconcile.Result{}, err
+		}
+		evictAt := renewed.Add(c.grace + c.eviction)
+		if now.Before(evictAt) {
+			return reconcile.Result{RequeueAfter: evictAt.Sub(now)}, nil
+		}
+		return c.evictWithBrake(ctx, node, now)
+	}
 	if now.Before(expiresAt) {
 		metrics.NodeReady.WithLabelValues(node.Name).Set(1)
 		if err := c.healed(ctx, now); err != nil {
@@ -315,22 +333,23 @@ const noLease = "none yet"
 // lastRenewal is when this controller first saw the node's current renewal: the Lease's renew
 // time as the agent wrote it, or, with no Lease yet, the node's existence. A renewal seen for
 // the first time (a new node, a renewed Lease, a restarted controller) counts from now. It
-// returns the renewal as written, for the status message.
-func (c *Controller) lastRenewal(ctx context.Context, name string, now time.Time) (time.Time, string, error) {
+// returns the renewal as written, for the status message, and whether it is one this
+// controller saw change (false for the first it saw of the node).
+func (c *Controller) lastRenewal(ctx context.Context, name string, now time.Time) (time.Time, string, bool, error) {
 	lease := &coordinationv1.Lease{}
 	err := c.kube.Get(ctx, client.ObjectKey{Namespace: LeaseNamespace, Name: name}, lease)
 	switch {
 	case apierrors.IsNotFound(err):
 		lease = nil
 	case err != nil:
-		return time.Time{}, "", err
+		return time.Time{}, "", false, err
 	}
 	return c.sawRenewal(name, lease, now)
 }
 
 // sawRenewal records the lease's renewal of node name as seen now if it is new, and returns
 // when it was first seen and how it reads.
-func (c *Controller) sawRenewal(name string, lease *coordinationv1.Lease, now time.Time) (time.Time, string, error) {
+func (c *Controller) sawRenewal(name string, lease *coordinationv1.Lease, now time.Time) (time.Time, string, bool, error) {
 	var renewal string
 	switch {
 	case lease == nil:
@@ -344,8 +363,8 @@ func (c *Controller) sawRenewal(name string, lease *coordinationv1.Lease, now ti
 	defer c.mu.Unlock()
 	b, ok := c.beats[name]
 	if !ok || b.renewal != renewal {
-		b = heartbeat{renewal: renewal, seen: now}
+		b = heartbeat{renewal: renewal, seen: now, changed: ok}
 		c.beats[name] = b
 	}
-	return b.seen, renewal, nil
+	return b.seen, renewal, b.changed, nil
 }

@@ -290,3 +290,27 @@ var _ = Describe("Placements of a lost node", func() {
 		Expect(nodeReady(p).Status).To(Equal(metav1.ConditionTrue))
 	})
 })
+
+var _ = Describe("A restarted lifecycle controller", func() {
+	It("should leave a node it finds Unknown as it is, writing nothing and never turning it Ready, until its Lease is renewed", func() {
+		n := heartbeatingNode()
+		clk.Step(41 * time.Second)
+		_, got := reconcileNode(n)
+		Expect(ready(got)).To(Equal(metav1.ConditionUnknown))
+		before := got.ResourceVersion
+
+		// A new controller (a restart, a new leader) has not seen this node's Lease renewed.
+		restarted := lifecycle.NewController(clk, kube, recorder)
+		res, got := reconcileWith(restarted, n)
+		Expect(ready(got)).To(Equal(metav1.ConditionUnknown), "a dead Mac must not turn Ready on a controller restart")
+		Expect(got.ResourceVersion).To(Equal(before), "nothing to change, nothing written")
+		Expect(res.RequeueAfter).To(BeNumerically(">", 0), "its eviction is still to come")
+		clk.Step(41 * time.Second)
+		_, got = reconcileWith(restarted, n)
+		Expect(got.ResourceVersion).To(Equal(before), "still nothing written once its grace has passed again")
+
+		renew(n)
+		_, got = reconcileWith(restarted, n)
+		Expect(ready(got)).To(Equal(metav1.ConditionTrue), "a renewal it saw makes it Ready")
+	})
+})

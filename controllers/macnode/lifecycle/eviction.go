@@ -69,7 +69,7 @@ func (c *Controller) health(ctx context.Context, now time.Time) (fleetHealth, er
 	}
 	h := fleetHealth{total: len(nodes.Items)}
 	for _, n := range nodes.Items {
-		seen, _, _ := c.sawRenewal(n.Name, byName[n.Name], now)
+		seen, _, _, _ := c.sawRenewal(n.Name, byName[n.Name], now)
 		if !now.Before(seen.Add(c.grace)) {
 			h.unreachable++
 		}
