@@ -135,8 +135,19 @@ func (s *Server) candidates(c *call, model, task string) ([]Lane, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	// Authorizing may ask the API server (a decision not cached yet): the call waits for it
+	// without its work slot, which another call's parsing can use meanwhile, and takes one
+	// again to tokenise.
+	working := c.working
+	c.rest()
 	if lanes, err = s.authorizeLanes(c, model, lanes, byName); err != nil {
 		return nil, false, err
+	}
+	if working {
+		if err := s.work.enter(c.r.Context()); err != nil {
+			return nil, false, err
+		}
+		c.working = true
 	}
 	if byName {
 		c.lane = lanes[0].Namespace + "/" + lanes[0].Name

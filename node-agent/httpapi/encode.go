@@ -49,6 +49,7 @@ func writeAnswer(w http.ResponseWriter, status int, encode func([]byte) ([]byte,
 	b, err := encode((*bp)[:0])
 	if err != nil {
 		status, b = http.StatusInternalServerError, append(b[:0], `{"error":{"message":"the answer could not be encoded","type":"server_error","code":"internal_error","param":null}}`...)
+		w.Header().Set("X-Synapse-Error-Code", "internal_error")
 	}
 	b = append(b, '\n')
 	h := w.Header()
@@ -81,6 +82,10 @@ func (r *embeddingsResponse) appendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"embedding":`...)
 		switch e := d.Embedding.(type) {
 		case []float32:
+			if e == nil {
+				b = append(b, "null"...) // as encoding/json writes a nil slice
+				break
+			}
 			var err error
 			if b, err = appendFloats(b, e); err != nil {
 				return b, err

@@ -52,8 +52,11 @@ func TestTheEmbeddingsAnswerIsEncodedAsEncodingJSONWould(t *testing.T) {
 			Synapse: ranOn{Lane: "team/embed", Node: "mac-1", Device: "sim", Buckets: []int{128}, WorkerGenerations: []int64{3}, RoutingReason: "named", VectorSpace: "s&1"}}
 		for i := range out.Data {
 			out.Data[i] = embedding{Object: "embedding", Index: i, Embedding: vec(1 + rng.IntN(64))}
-			if round%7 == 0 {
+			switch {
+			case round%7 == 0:
 				out.Data[i].Embedding = encodeBase64(vec(8))
+			case round%11 == 0:
+				out.Data[i].Embedding = []float32(nil)
 			}
 		}
 		out.Usage.PromptTokens, out.Usage.TotalTokens = round, round
@@ -82,6 +85,9 @@ func TestAnAnswerThatCannotBeEncodedIs500NotAPartialBody(t *testing.T) {
 	var body map[string]any
 	if rec.Code != http.StatusInternalServerError || json.Unmarshal(rec.Body.Bytes(), &body) != nil || errorCodeOf(body) != "internal_error" {
 		t.Fatalf("%d %q, want 500 internal_error in the error envelope", rec.Code, rec.Body.String())
+	}
+	if rec.Header().Get("X-Synapse-Error-Code") != "internal_error" {
+		t.Fatalf("X-Synapse-Error-Code %q, want internal_error as every error answer says it", rec.Header().Get("X-Synapse-Error-Code"))
 	}
 	if rec.Header().Get("Content-Length") != strconv.Itoa(rec.Body.Len()) {
 		t.Fatalf("Content-Length %q for %d bytes", rec.Header().Get("Content-Length"), rec.Body.Len())

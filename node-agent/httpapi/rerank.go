@@ -61,6 +61,8 @@ type rerankUsage struct {
 
 func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 	c := s.begin(w, r, "rerank")
+	// A panic in the handler (net/http recovers it) must not keep the call's work slot.
+	defer c.rest()
 	var req rerankRequest
 	if err := c.decode(&req); err != nil {
 		c.fail(err)

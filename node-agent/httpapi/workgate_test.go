@@ -19,8 +19,11 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,5 +93,31 @@ func TestACallFindingNoWorkSlotIsAnsweredOverloadedWithRetryAfter(t *testing.T) 
 	}
 	if s.work.waiters() != 0 || len(s.work.slots) != 0 {
 		t.Fatalf("a served call kept its work slot: %d held, %d waiting", len(s.work.slots), s.work.waiters())
+	}
+}
+
+// panickingCatalog panics on every lookup: a defect somewhere under the handler.
+type panickingCatalog struct{}
+
+func (panickingCatalog) Lookup(string) ([]Lane, bool, error) { panic("a defect under the handler") }
+
+// TestAPanickingCallGivesItsWorkSlotBack: net/http recovers a handler's panic; the call's work
+// slot must come back with it, or a few such calls would leave every later one overloaded.
+func TestAPanickingCallGivesItsWorkSlotBack(t *testing.T) {
+	s := New(Config{Node: "mac-1", Catalog: panickingCatalog{}, Runner: &fakeRunner{}, Clock: clocktesting.NewFakeClock(epoch),
+		Auth: apiauth.Anonymous{}, Work: WorkLimits{Slots: 1, MaxWaiting: -1}})
+	ts := httptest.NewUnstartedServer(s)
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // the recovered panic's stack
+	ts.Start()
+	t.Cleanup(ts.Close)
+	for range 3 {
+		resp, err := http.Post(ts.URL+"/v1/embeddings", "application/json", strings.NewReader(`{"model": "team/embed", "input": "hello"}`))
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("a panicking call was answered %d", resp.StatusCode)
+		}
+	}
+	if len(s.work.slots) != 0 {
+		t.Fatalf("%d work slots held after the panicking calls", len(s.work.slots))
 	}
 }

@@ -269,13 +269,16 @@ func (s *Server) permit(ctx context.Context, l *laneState, deadline time.Time) e
 	// A call that would get its permit only after the calls ahead of it, and then run, past its
 	// deadline is refused now rather than answered deadline_exceeded after the wait: the
 	// client can retry (elsewhere) while it still has time.
-	if !deadline.IsZero() && l.hold > 0 {
-		ahead := time.Duration(l.waiting/l.MaxInflight + 1)
-		if finish := ahead*l.hold + l.hold; finish > deadline.Sub(s.clk.Now()) {
+	// The permits come free one after another, a hold apart among MaxInflight: the calls
+	// ahead and this one wait about (waiting+1)/MaxInflight holds.
+	if remaining := deadline.Sub(s.clk.Now()); !deadline.IsZero() && l.hold > 0 {
+		wait := time.Duration(l.waiting+1) * l.hold / time.Duration(l.MaxInflight)
+		if wait+l.hold > remaining {
 			s.mu.Unlock()
 			r := refusal.New(refusal.Overloaded, l.Name, "a call waits about %s for a permit and runs about %s, past the request's deadline; retry later",
-				(ahead * l.hold).Round(time.Millisecond), l.hold.Round(time.Millisecond))
-			r.RetryAfter = max(OverloadRetryAfter, ahead*l.hold)
+				wait.Round(time.Millisecond), l.hold.Round(time.Millisecond))
+			// Retry once the calls ahead have run, but never later than a deadline's length.
+			r.RetryAfter = min(max(OverloadRetryAfter, wait), max(OverloadRetryAfter, remaining))
 			return r
 		}
 	}

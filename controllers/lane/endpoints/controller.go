@@ -363,13 +363,45 @@ func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort ma
 		return err
 	}
 	sliceName := func(port int32) string { return fmt.Sprintf("%s-%d", lane.Name, port) }
-	wanted := map[string]bool{}
-	for port := range byPort {
-		wanted[sliceName(port)] = true
+	wanted := map[string]map[string]bool{} // slice name: the addresses it is to list
+	for port, addrs := range byPort {
+		set := map[string]bool{}
+		for _, a := range addrs {
+			set[a.address] = true
+		}
+		wanted[sliceName(port)] = set
+	}
+	ours := 0
+	for _, s := range existing.Items {
+		if strings.HasPrefix(s.Name, lane.Name+"-") {
+			ours++
+		}
 	}
 	for _, s := range existing.Items {
-		if !wanted[s.Name] && strings.HasPrefix(s.Name, lane.Name+"-") {
+		if wanted[s.Name] == nil && strings.HasPrefix(s.Name, lane.Name+"-") {
 			if err := c.kube.Delete(ctx, &s); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+	}
+	// With several slices no single write moves the endpoints from one set to another: the
+	// slices that stay first lose the endpoints that go, then all gain the ones that come, so
+	// between the writes a client sees fewer endpoints, never the old beside the new (a
+	// vector-space switch over Macs whose ports differ). With one slice the one write does it.
+	if ours > 1 || len(wanted) > 1 {
+		for i := range existing.Items {
+			s := &existing.Items[i]
+			keep := wanted[s.Name]
+			if keep == nil {
+				continue
+			}
+			kept := slices.DeleteFunc(slices.Clone(s.Endpoints), func(e discoveryv1.Endpoint) bool { return len(e.Addresses) == 0 || !keep[e.Addresses[0]] })
+			if len(kept) == len(s.Endpoints) {
+				continue
+			}
+			patched := s.DeepCopy()
+			patched.Endpoints = kept
+			if err := c.kube.Patch(ctx, patched, client.MergeFrom(s)); client.IgnoreNotFound(err) != nil {
 				return err
 			}
 		}

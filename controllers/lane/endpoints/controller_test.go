@@ -288,6 +288,77 @@ var _ = Describe("Endpoints", func() {
 			"the old space leaves before the new arrives: no moment lists both")
 	})
 
+	It("should never list two vector spaces at once when both spaces serve on the same several ports, after any one of its writes", func() {
+		seq++
+		lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gte-%d", seq), Namespace: "default"},
+			Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
+				Rungs: []v1.Rung{128}, Replicas: 2, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+		Expect(kube.Create(ctx, lane)).To(Succeed())
+		space := map[string]string{}
+		for _, m := range []struct {
+			ip    string
+			port  int32
+			space string
+		}{{"192.0.2.51", 8093, "gte-v1"}, {"192.0.2.52", 8094, "gte-v1"}, {"192.0.2.53", 8093, "gte-v2"}, {"192.0.2.54", 8094, "gte-v2"}} {
+			n := node(m.ip, m.port)
+			space[m.ip] = m.space
+			p := &v1.LanePlacement{
+				ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-" + n.Name, Namespace: lane.Namespace, Labels: map[string]string{v1.LabelLane: lane.Name, v1.LabelNode: n.Name}},
+				Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: n.Name, Identity: "gte-" + m.space, VectorSpaceID: m.space, Task: v1.TaskEmbed, Device: v1.DeviceANE,
+					Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30},
+			}
+			Expect(kube.Create(ctx, p)).To(Succeed())
+			p.Status.Phase = v1.PhaseReady
+			Expect(kube.Status().Update(ctx, p)).To(Succeed())
+		}
+		// After every write to a slice, what a client listing the slices sees: the spaces of the
+		// addresses listed.
+		var seen []map[string]bool
+		look := func() {
+			spaces := map[string]bool{}
+			for _, addrs := range endpointIPs(lane) {
+				for _, a := range addrs {
+					spaces[space[a]] = true
+				}
+			}
+			seen = append(seen, spaces)
+		}
+		after := func(o client.Object, err error) error {
+			if _, ok := o.(*discoveryv1.EndpointSlice); ok && err == nil {
+				look()
+			}
+			return err
+		}
+		watched := interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
+				return after(o, c.Create(ctx, o, opts...))
+			},
+			Patch: func(ctx context.Context, c client.WithWatch, o client.Object, p client.Patch, opts ...client.PatchOption) error {
+				return after(o, c.Patch(ctx, o, p, opts...))
+			},
+			Delete: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
+				return after(o, c.Delete(ctx, o, opts...))
+			},
+		})
+		setSpace := func(s string) {
+			GinkgoHelper()
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), lane)).To(Succeed())
+			lane.Status.VectorSpaceID = s
+			Expect(kube.Status().Update(ctx, lane)).To(Succeed())
+			_, err := endpoints.NewController(clk, watched, policy).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		setSpace("gte-v1")
+		Expect(endpointIPs(lane)).To(HaveLen(2))
+		seen = nil
+		setSpace("gte-v2")
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8093: {"192.0.2.53"}, 8094: {"192.0.2.54"}}))
+		Expect(seen).NotTo(BeEmpty())
+		for i, spaces := range seen {
+			Expect(len(spaces)).To(BeNumerically("<=", 1), "after write %d of %d a client saw the spaces %v", i+1, len(seen), spaces)
+		}
+	})
+
 	Context("when a node is lost", func() {
 		It("should drop its endpoint as the node goes Unknown, on the lifecycle controller's fake clock, not at the eviction", func() {
 			Expect(client.IgnoreAlreadyExists(kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lifecycle.LeaseNamespace}}))).To(Succeed())

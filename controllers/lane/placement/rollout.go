@@ -284,7 +284,13 @@ func (c *Controller) roll(ctx context.Context, lane *v1.CatalogLane, identity *v
 			pl.drainWait = wait
 			return nil
 		}
+		// Only the other space's: placements of the new space made old by a later edit within
+		// it (the lane edited again during the drain) are the rolling update's to replace, a
+		// node at a time, not retired here before their replacements serve.
 		for _, o := range pl.old {
+			if o.space == newSpace {
+				continue
+			}
 			if err := c.retire(ctx, o); err != nil {
 				return err
 			}

@@ -277,6 +277,40 @@ var _ = Describe("Lane edits", func() {
 			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonRolloutComplete))
 		})
 
+		It("should not retire the new space's placements when the lane is edited again within that space during the drain", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			newNode()
+			lane := reconcileLane(newLane(id, 1))
+			reportAll(lane, v1.PhaseReady)
+			lane = settle(lane)
+			next := sibling(id, "gte-v2")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
+			lane = reconcileLane(lane)
+			for _, p := range placements(lane) {
+				if p.Spec.Identity == next.Name {
+					report(p, v1.PhaseReady)
+				}
+			}
+			lane = reconcileLane(lane)
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
+
+			// Within the drain, another identity of the same new space (a new macOS build's).
+			again := sibling(id, "gte-v2")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = again.Name })
+			lane = reconcileLane(lane)
+			clk.Step(placement.SwitchDrain)
+			lane = reconcileLane(lane)
+			served := false
+			for _, p := range placements(lane) {
+				if p.Spec.Identity == next.Name {
+					served = true
+				}
+			}
+			Expect(served).To(BeTrue(), "the ready placement of the new space is kept until its replacement serves: %v", placements(lane))
+		})
+
 		It("should drain the old space anew, never retire it at once, when a restarted controller finds the switch written", func() {
 			id := newIdentity()
 			newNode()
