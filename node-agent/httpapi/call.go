@@ -55,8 +55,8 @@ type call struct {
 	reason   string // why it runs there
 	tokens   int
 	bucket   string // the largest bucket the call ran on
-	// working: the call holds a work slot.
-	working bool
+	// working: the call holds a work slot; bulk: a bulk one too (its body is large).
+	working, bulk bool
 }
 
 func (s *Server) begin(w http.ResponseWriter, r *http.Request, endpoint string) *call {
@@ -74,7 +74,8 @@ func (c *call) decode(v any) error {
 	if err != nil {
 		return err
 	}
-	if err := c.s.work.enter(c.r.Context()); err != nil {
+	c.bulk = c.s.work.large(len(body))
+	if err := c.s.work.enterAs(c.r.Context(), c.bulk); err != nil {
 		return err
 	}
 	c.working = true
@@ -92,7 +93,7 @@ func (c *call) decode(v any) error {
 func (c *call) rest() {
 	if c.working {
 		c.working = false
-		c.s.work.leave()
+		c.s.work.leaveAs(c.bulk)
 	}
 }
 
@@ -144,7 +145,7 @@ func (s *Server) candidates(c *call, model, task string) ([]Lane, bool, error) {
 		return nil, false, err
 	}
 	if working {
-		if err := s.work.enter(c.r.Context()); err != nil {
+		if err := s.work.enterAs(c.r.Context(), c.bulk); err != nil {
 			return nil, false, err
 		}
 		c.working = true

@@ -108,6 +108,21 @@ func elements(b []byte, i int, f func(elem []byte) error) error {
 	return nil
 }
 
+// countElementsUpTo counts the elements of the array that starts at b[0] without reading them,
+// up to limit (limit <= 0: all).
+func countElementsUpTo(b []byte, limit int) int {
+	n := 0
+	errEnough := errors.New("enough")
+	_ = elements(b, 0, func([]byte) error {
+		n++
+		if limit > 0 && n >= limit {
+			return errEnough
+		}
+		return nil
+	})
+	return n
+}
+
 // countElements counts the elements of the array that starts at b[i] without reading them.
 func countElements(b []byte) int {
 	n := 0
@@ -139,10 +154,9 @@ func tokenIDs(arr []byte, max int) ([]uint32, error) {
 	if len(arr) == 0 || arr[0] != '[' {
 		return nil, errors.New("token ids must be an array of integers")
 	}
-	n := countElements(arr) // a scan that reads nothing, so the ids are allocated once
-	if max > 0 {
-		n = min(n, max)
-	}
+	// A scan that reads nothing, so the ids are allocated once; it stops at the bound, past
+	// which nothing is kept.
+	n := countElementsUpTo(arr, max)
 	out := make([]uint32, 0, n)
 	err := elements(arr, 0, func(e []byte) error {
 		if max > 0 && len(out) >= max {

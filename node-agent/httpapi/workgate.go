@@ -44,7 +44,15 @@ type WorkLimits struct {
 	// MaxWait bounds a call's wait for a slot; past it the call is refused overloaded. 0 means
 	// DefaultMaxWorkWait.
 	MaxWait time.Duration
+	// LargeBody is the body size from which a call is bulk work: bulk calls hold at most half
+	// the slots, so calls of ordinary size always find some (a flood of oversize bodies, whose
+	// parsing costs as much as hundreds of ordinary calls, cannot starve them). 0 means
+	// DefaultLargeBody.
+	LargeBody int
 }
+
+// DefaultLargeBody: 64 KiB is more than a batch of 32 texts of a few hundred words.
+const DefaultLargeBody = 64 << 10
 
 // DefaultMaxWorkWaiting and DefaultMaxWorkWait are the work gate's bounds when Config sets none:
 // as many waiting calls as the server's connection limit, each waiting at most a second.
@@ -55,9 +63,12 @@ const (
 
 // workGate hands out the work slots.
 type workGate struct {
-	slots   chan struct{}
-	clk     clock.Clock
-	maxWait time.Duration
+	slots chan struct{}
+	// bulk are the slots' share bulk calls may hold: a bulk call takes one of these first.
+	bulk      chan struct{}
+	largeBody int
+	clk       clock.Clock
+	maxWait   time.Duration
 
 	mu         sync.Mutex
 	waiting    int
@@ -74,7 +85,38 @@ func newWorkGate(l WorkLimits, clk clock.Clock) *workGate {
 	if l.MaxWait <= 0 {
 		l.MaxWait = DefaultMaxWorkWait
 	}
-	return &workGate{slots: make(chan struct{}, l.Slots), clk: clk, maxWait: l.MaxWait, maxWaiting: l.MaxWaiting}
+	if l.LargeBody <= 0 {
+		l.LargeBody = DefaultLargeBody
+	}
+	return &workGate{slots: make(chan struct{}, l.Slots), bulk: make(chan struct{}, max(1, l.Slots/2)), largeBody: l.LargeBody,
+		clk: clk, maxWait: l.MaxWait, maxWaiting: l.MaxWaiting}
+}
+
+// large reports whether a body of n bytes makes its call bulk work.
+func (g *workGate) large(n int) bool { return n >= g.largeBody }
+
+// enterAs takes a slot for a call, first a bulk one if it is bulk work; the wait for both
+// together is bounded as enter's is.
+func (g *workGate) enterAs(ctx context.Context, bulk bool) error {
+	if !bulk {
+		return g.enter(ctx)
+	}
+	if err := g.take(ctx, g.bulk); err != nil {
+		return err
+	}
+	if err := g.enter(ctx); err != nil {
+		<-g.bulk
+		return err
+	}
+	return nil
+}
+
+// leaveAs gives back what enterAs took.
+func (g *workGate) leaveAs(bulk bool) {
+	g.leave()
+	if bulk {
+		<-g.bulk
+	}
 }
 
 // overloaded is the answer to a call that found no work slot within the gate's bounds.
@@ -85,9 +127,13 @@ func overloaded(why string) *apiError {
 
 // enter takes a slot: at once if one is free, else after waiting, at most maxWait and only while
 // fewer than maxWaiting others wait.
-func (g *workGate) enter(ctx context.Context) error {
+func (g *workGate) enter(ctx context.Context) error { return g.take(ctx, g.slots) }
+
+// take takes a slot of slots, as enter says (a bulk call waits so twice: for its bulk slot, then
+// for its slot).
+func (g *workGate) take(ctx context.Context, slots chan struct{}) error {
 	select {
-	case g.slots <- struct{}{}:
+	case slots <- struct{}{}:
 		return nil
 	default:
 	}
@@ -106,7 +152,7 @@ func (g *workGate) enter(ctx context.Context) error {
 	timer := g.clk.NewTimer(g.maxWait)
 	defer timer.Stop()
 	select {
-	case g.slots <- struct{}{}:
+	case slots <- struct{}{}:
 		return nil
 	case <-timer.C():
 		return overloaded("no work slot came free in " + g.maxWait.String())

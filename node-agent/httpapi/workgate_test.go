@@ -121,3 +121,28 @@ func TestAPanickingCallGivesItsWorkSlotBack(t *testing.T) {
 		t.Fatalf("%d work slots held after the panicking calls", len(s.work.slots))
 	}
 }
+
+// TestBulkCallsNeverHoldEverySlot: calls with large bodies hold at most half the work slots; a
+// bulk call past that share is refused (or waits) while an ordinary call still finds a slot.
+func TestBulkCallsNeverHoldEverySlot(t *testing.T) {
+	g := newWorkGate(WorkLimits{Slots: 2, MaxWaiting: -1, LargeBody: 1000}, clocktesting.NewFakeClock(epoch))
+	if !g.large(1000) || g.large(999) {
+		t.Fatal("the bulk threshold is not the body size configured")
+	}
+	ctx := context.Background()
+	if err := g.enterAs(ctx, true); err != nil {
+		t.Fatalf("the first bulk call: %v", err)
+	}
+	var e *apiError
+	if err := g.enterAs(ctx, true); !errors.As(err, &e) || e.code != string(refusal.Overloaded) {
+		t.Fatalf("a second bulk call with half the slots taken by bulk: %v, want overloaded", err)
+	}
+	if err := g.enterAs(ctx, false); err != nil {
+		t.Fatalf("an ordinary call found no slot beside the bulk one: %v", err)
+	}
+	g.leaveAs(false)
+	g.leaveAs(true)
+	if len(g.slots) != 0 || len(g.bulk) != 0 {
+		t.Fatalf("slots held after every call left: %d, bulk %d", len(g.slots), len(g.bulk))
+	}
+}
