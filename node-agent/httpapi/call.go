@@ -55,7 +55,8 @@ type call struct {
 	reason   string // why it runs there
 	tokens   int
 	bucket   string // the largest bucket the call ran on
-	// working: the call holds a work slot; bulk: a bulk one too (its body is large).
+	// working: the call holds a work slot; bulk: one of the bulk calls' share (its body is
+	// large), held from before its body is read until it runs or ends.
 	working, bulk bool
 }
 
@@ -70,12 +71,18 @@ func (s *Server) begin(w http.ResponseWriter, r *http.Request, endpoint string) 
 // and decoded from there: the inputs (rawJSON) are read from that buffer later, never copied.
 // Unknown fields are allowed: clients send some.
 func (c *call) decode(v any) error {
+	// A large body is read only with one of the bulk calls' share held (see WorkLimits).
+	if c.s.work.bulkBody(c.r.ContentLength) && c.r.ContentLength <= MaxBodyBytes {
+		if err := c.s.work.enterBulk(c.r.Context()); err != nil {
+			return err
+		}
+		c.bulk = true
+	}
 	body, err := readBody(c.w, c.r)
 	if err != nil {
 		return err
 	}
-	c.bulk = c.s.work.large(len(body))
-	if err := c.s.work.enterAs(c.r.Context(), c.bulk); err != nil {
+	if err := c.s.work.enter(c.r.Context()); err != nil {
 		return err
 	}
 	c.working = true
@@ -93,7 +100,17 @@ func (c *call) decode(v any) error {
 func (c *call) rest() {
 	if c.working {
 		c.working = false
-		c.s.work.leaveAs(c.bulk)
+		c.s.work.leave()
+	}
+}
+
+// release gives back everything the call holds of the work gate: once it runs on its lane, or
+// ends.
+func (c *call) release() {
+	c.rest()
+	if c.bulk {
+		c.bulk = false
+		c.s.work.leaveBulk()
 	}
 }
 
@@ -145,7 +162,7 @@ func (s *Server) candidates(c *call, model, task string) ([]Lane, bool, error) {
 		return nil, false, err
 	}
 	if working {
-		if err := s.work.enterAs(c.r.Context(), c.bulk); err != nil {
+		if err := s.work.enter(c.r.Context()); err != nil {
 			return nil, false, err
 		}
 		c.working = true
@@ -188,7 +205,7 @@ func (c *call) run(lane Lane, task string, sequences [][]uint32) (*serving.Resul
 	}
 	// Waiting for the lane and the worker costs no CPU of the API's: the slot goes to another
 	// call. Encoding the answer needs none: the lane's permits bound the calls that get one.
-	c.rest()
+	c.release()
 	deadline := c.deadline(lane)
 	g := c.s.metrics.inflight.WithLabelValues(c.lane)
 	g.Inc()
@@ -266,7 +283,7 @@ func (c *call) fail(err error) {
 }
 
 func (c *call) observe(code string) {
-	c.rest()
+	c.release()
 	lane := c.lane
 	if lane == "" {
 		lane = "none"

@@ -61,7 +61,7 @@ type usage struct {
 func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	c := s.begin(w, r, "embeddings")
 	// A panic in the handler (net/http recovers it) must not keep the call's work slot.
-	defer c.rest()
+	defer c.release()
 	var req embeddingsRequest
 	if err := c.decode(&req); err != nil {
 		c.fail(err)

@@ -62,7 +62,7 @@ type rerankUsage struct {
 func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 	c := s.begin(w, r, "rerank")
 	// A panic in the handler (net/http recovers it) must not keep the call's work slot.
-	defer c.rest()
+	defer c.release()
 	var req rerankRequest
 	if err := c.decode(&req); err != nil {
 		c.fail(err)

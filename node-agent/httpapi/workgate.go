@@ -44,10 +44,12 @@ type WorkLimits struct {
 	// MaxWait bounds a call's wait for a slot; past it the call is refused overloaded. 0 means
 	// DefaultMaxWorkWait.
 	MaxWait time.Duration
-	// LargeBody is the body size from which a call is bulk work: bulk calls hold at most half
-	// the slots, so calls of ordinary size always find some (a flood of oversize bodies, whose
-	// parsing costs as much as hundreds of ordinary calls, cannot starve them). 0 means
-	// DefaultLargeBody.
+	// LargeBody is the body size from which a call is bulk work (so is a body of unknown
+	// length): bulk calls read their bodies and hold work slots at most half the slots at a
+	// time, so calls of ordinary size always find some (a flood of oversize bodies, whose
+	// parsing costs as much as hundreds of ordinary calls, cannot starve them), and the memory
+	// of the bodies read at once is bounded: that many large ones, and ordinary ones of less
+	// than LargeBody each. 0 means DefaultLargeBody.
 	LargeBody int
 }
 
@@ -92,32 +94,16 @@ func newWorkGate(l WorkLimits, clk clock.Clock) *workGate {
 		clk: clk, maxWait: l.MaxWait, maxWaiting: l.MaxWaiting}
 }
 
-// large reports whether a body of n bytes makes its call bulk work.
-func (g *workGate) large(n int) bool { return n >= g.largeBody }
-
-// enterAs takes a slot for a call, first a bulk one if it is bulk work; the wait for both
-// together is bounded as enter's is.
-func (g *workGate) enterAs(ctx context.Context, bulk bool) error {
-	if !bulk {
-		return g.enter(ctx)
-	}
-	if err := g.take(ctx, g.bulk); err != nil {
-		return err
-	}
-	if err := g.enter(ctx); err != nil {
-		<-g.bulk
-		return err
-	}
-	return nil
+// bulkBody reports whether a request's body makes its call bulk work: a large body by its
+// Content-Length, or one of unknown length (chunked).
+func (g *workGate) bulkBody(contentLength int64) bool {
+	return contentLength < 0 || contentLength >= int64(g.largeBody)
 }
 
-// leaveAs gives back what enterAs took.
-func (g *workGate) leaveAs(bulk bool) {
-	g.leave()
-	if bulk {
-		<-g.bulk
-	}
-}
+// enterBulk takes one of the bulk calls' share, bounded as enter is.
+func (g *workGate) enterBulk(ctx context.Context) error { return g.take(ctx, g.bulk) }
+
+func (g *workGate) leaveBulk() { <-g.bulk }
 
 // overloaded is the answer to a call that found no work slot within the gate's bounds.
 func overloaded(why string) *apiError {

@@ -122,27 +122,54 @@ func TestAPanickingCallGivesItsWorkSlotBack(t *testing.T) {
 	}
 }
 
-// TestBulkCallsNeverHoldEverySlot: calls with large bodies hold at most half the work slots; a
-// bulk call past that share is refused (or waits) while an ordinary call still finds a slot.
+// TestBulkCallsNeverHoldEverySlot: calls with large bodies (or bodies of unknown length) take
+// one of a share of half the work slots before they read their bodies; a bulk call past that
+// share is refused (or waits) while an ordinary call still finds a slot.
 func TestBulkCallsNeverHoldEverySlot(t *testing.T) {
 	g := newWorkGate(WorkLimits{Slots: 2, MaxWaiting: -1, LargeBody: 1000}, clocktesting.NewFakeClock(epoch))
-	if !g.large(1000) || g.large(999) {
-		t.Fatal("the bulk threshold is not the body size configured")
+	if !g.bulkBody(1000) || !g.bulkBody(-1) || g.bulkBody(999) {
+		t.Fatal("the bulk threshold is not the body size configured, or a body of unknown length is not bulk")
 	}
 	ctx := context.Background()
-	if err := g.enterAs(ctx, true); err != nil {
+	if err := g.enterBulk(ctx); err != nil {
 		t.Fatalf("the first bulk call: %v", err)
 	}
-	var e *apiError
-	if err := g.enterAs(ctx, true); !errors.As(err, &e) || e.code != string(refusal.Overloaded) {
-		t.Fatalf("a second bulk call with half the slots taken by bulk: %v, want overloaded", err)
+	if err := g.enter(ctx); err != nil {
+		t.Fatalf("the first bulk call's work slot: %v", err)
 	}
-	if err := g.enterAs(ctx, false); err != nil {
+	var e *apiError
+	if err := g.enterBulk(ctx); !errors.As(err, &e) || e.code != string(refusal.Overloaded) {
+		t.Fatalf("a second bulk call with the bulk share taken: %v, want overloaded", err)
+	}
+	if err := g.enter(ctx); err != nil {
 		t.Fatalf("an ordinary call found no slot beside the bulk one: %v", err)
 	}
-	g.leaveAs(false)
-	g.leaveAs(true)
+	g.leave()
+	g.leave()
+	g.leaveBulk()
 	if len(g.slots) != 0 || len(g.bulk) != 0 {
 		t.Fatalf("slots held after every call left: %d, bulk %d", len(g.slots), len(g.bulk))
+	}
+}
+
+// TestABulkCallGivesItsShareBackWhenItEnds: through the handler, a call with a large body that
+// is refused (over the lane's ceiling) leaves neither a work slot nor its bulk share held.
+func TestABulkCallGivesItsShareBackWhenItEnds(t *testing.T) {
+	s := New(Config{Node: "mac-1", Catalog: fakeCatalog{}, Runner: &fakeRunner{}, Clock: clocktesting.NewFakeClock(epoch),
+		Auth: apiauth.Anonymous{}, Work: WorkLimits{Slots: 2, LargeBody: 1000}})
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	ids := strings.Repeat("7,", 5000) + "7"
+	for range 3 {
+		resp, out := post(t, ts.URL+"/v1/embeddings", `{"model": "team/embed", "input": [`+ids+`]}`)
+		if resp.StatusCode/100 != 4 {
+			t.Fatalf("an oversize call: %d %v", resp.StatusCode, out)
+		}
+	}
+	if resp, out := post(t, ts.URL+"/v1/embeddings", `{"model": "team/embed", "input": "hello"}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("an ordinary call after the bulk ones: %d %v", resp.StatusCode, out)
+	}
+	if len(s.work.slots) != 0 || len(s.work.bulk) != 0 {
+		t.Fatalf("held after every call ended: %d work slots, %d bulk", len(s.work.slots), len(s.work.bulk))
 	}
 }
