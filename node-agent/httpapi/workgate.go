@@ -28,8 +28,9 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 )
 
-// WorkLimits bound the calls doing the API's own CPU work at once: parsing a body, tokenising
-// its inputs, encoding an answer. Past the node's capacity, a call waits (parked, costing no
+// WorkLimits bound the calls doing the API's own CPU work at once: parsing a body and
+// tokenising its inputs (encoding an answer needs no slot: the lanes' permits bound the calls
+// that get one). Past the node's capacity, a call waits (parked, costing no
 // CPU) for a slot. Without the bound, every connection's handler runs at once when the node is
 // overloaded: the goroutines the admitted calls need (their exchange with the worker, the
 // supervisor's owner) wait behind hundreds of runnable handlers, every admitted call slows
