@@ -56,6 +56,10 @@ const (
 	PlacementConditionTerminating = "Terminating"
 	// PlacementReasonAgentStopping: the node's agent is shutting down.
 	PlacementReasonAgentStopping = "AgentStopping"
+	// PlacementReasonAwaitingServingCertificate (Ready False, phase Loading): the lane is loaded
+	// and checked, but the node's API serves nothing until its first serving certificate comes
+	// from the fleet's signer.
+	PlacementReasonAwaitingServingCertificate = "AwaitingServingCertificate"
 
 	// PlacementConditionDrained is True once the lane's endpoints no longer list the placement
 	// as ready: its agent may then close its server. Only the endpoints controller writes it,

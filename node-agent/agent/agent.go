@@ -33,6 +33,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -137,6 +138,9 @@ type Agent struct {
 	registry   *prometheus.Registry
 	kube       client.Client
 	servingErr chan error
+	// awaitingCert: the API's listeners are open but serve nothing until the first serving
+	// certificate comes; no placement of the node is Ready meanwhile.
+	awaitingCert atomic.Bool
 	// lease is the node's Lease as the heartbeat last wrote it (see renew).
 	lease *coordinationv1.Lease
 
@@ -282,6 +286,7 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 	if a.cfg.TLS == nil {
 		apiSrv.serve()
 	} else {
+		a.awaitingCert.Store(true)
 		// The listeners are open (the MacNode reports their port) but answer nothing until the
 		// certificate is there: a caller's connection waits in the backlog rather than failing
 		// its handshake.
@@ -290,6 +295,7 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 				return err
 			}
 			apiSrv.serve()
+			a.awaitingCert.Store(false)
 			return nil
 		})
 	}

@@ -30,6 +30,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/node-agent/httpapi"
 )
 
@@ -127,5 +132,28 @@ func TestListenersNeverServedAreClosedOnShutdown(t *testing.T) {
 	}
 	if err := ln.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAPlacementIsNotReadyUntilTheAPIServes: a lane loaded and checked on a node whose API waits
+// for its first serving certificate is Loading, its Ready condition False saying why; once the
+// API serves, it is Ready.
+func TestAPlacementIsNotReadyUntilTheAPIServes(t *testing.T) {
+	p := testPlacement("gte")
+	a, _, _ := newTestAgent(t, p)
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	loadReady(t, a, p)
+	a.awaitingCert.Store(true)
+	got := p.DeepCopy()
+	a.placementStatus(key, got)
+	c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady)
+	if got.Status.Phase != v1.PhaseLoading || c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1.PlacementReasonAwaitingServingCertificate {
+		t.Fatalf("while the API awaits its certificate: phase %s, Ready %+v", got.Status.Phase, c)
+	}
+	a.awaitingCert.Store(false)
+	got = p.DeepCopy()
+	a.placementStatus(key, got)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady); got.Status.Phase != v1.PhaseReady || c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("once the API serves: phase %s, Ready %+v", got.Status.Phase, c)
 	}
 }

@@ -164,6 +164,13 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 	}
 
 	st.Phase = phase(state, snap, loaded)
+	// A lane loaded and checked is not Ready while the node's API serves nothing (its first
+	// serving certificate has not come): the lane's endpoints would list a port whose
+	// connections wait in the backlog.
+	awaitingCert := st.Phase == v1.PhaseReady && a.awaitingCert.Load()
+	if awaitingCert {
+		st.Phase = v1.PhaseLoading
+	}
 	set := func(typ string, ok bool, reason, message string) {
 		status := metav1.ConditionFalse
 		if ok {
@@ -217,6 +224,10 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 	}
 	ready := st.Phase == v1.PhaseReady
 	reason, message := string(st.Phase), phaseMessage(st.Phase, st)
+	if awaitingCert {
+		reason, message = v1.PlacementReasonAwaitingServingCertificate,
+			"the lane is loaded and checked; the node's API serves it once the node's serving certificate comes from the fleet's signer"
+	}
 	set(v1.ConditionReady, ready, reason, message)
 	return true
 }
