@@ -95,6 +95,62 @@ func serviceCondition(lane *v1.CatalogLane) *metav1.Condition {
 	return meta.FindStatusCondition(got.Status.Conditions, v1.LaneConditionServiceReady)
 }
 
+// laneOf creates a one-rung embed lane of replicas.
+func laneOf(replicas int32) *v1.CatalogLane {
+	GinkgoHelper()
+	seq++
+	lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gte-%d", seq), Namespace: "default"},
+		Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
+			Rungs: []v1.Rung{128}, Replicas: replicas, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+	Expect(kube.Create(ctx, lane)).To(Succeed())
+	return lane
+}
+
+// readyInSpace places the lane on n with an identity of vector space space, Ready.
+func readyInSpace(lane *v1.CatalogLane, n *v1.MacNode, space string) {
+	GinkgoHelper()
+	p := &v1.LanePlacement{
+		ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-" + n.Name, Namespace: lane.Namespace, Labels: map[string]string{v1.LabelLane: lane.Name, v1.LabelNode: n.Name}},
+		Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: n.Name, Identity: "gte-" + space, VectorSpaceID: space, Task: v1.TaskEmbed, Device: v1.DeviceANE,
+			Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30},
+	}
+	Expect(kube.Create(ctx, p)).To(Succeed())
+	p.Status.Phase = v1.PhaseReady
+	Expect(kube.Status().Update(ctx, p)).To(Succeed())
+}
+
+// switchSpace has the lane answer in space and reconciles its endpoints through c.
+func switchSpace(c client.Client, lane *v1.CatalogLane, space string) {
+	GinkgoHelper()
+	Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), lane)).To(Succeed())
+	lane.Status.VectorSpaceID = space
+	Expect(kube.Status().Update(ctx, lane)).To(Succeed())
+	_, err := endpoints.NewController(clk, c, policy).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+	Expect(err).NotTo(HaveOccurred())
+}
+
+// afterSliceWrites is the suite's client, calling written after each EndpointSlice write the
+// API server accepted ("create", "patch" or "delete"), in order.
+func afterSliceWrites(written func(verb string, o client.Object)) client.Client {
+	after := func(verb string, o client.Object, err error) error {
+		if _, ok := o.(*discoveryv1.EndpointSlice); ok && err == nil {
+			written(verb, o)
+		}
+		return err
+	}
+	return interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
+			return after("create", o, c.Create(ctx, o, opts...))
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, o client.Object, p client.Patch, opts ...client.PatchOption) error {
+			return after("patch", o, c.Patch(ctx, o, p, opts...))
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
+			return after("delete", o, c.Delete(ctx, o, opts...))
+		},
+	})
+}
+
 var _ = Describe("Endpoints", func() {
 	Context("when a Service of the lane's name exists that the controller did not create", func() {
 		It("should not take it over, give the lane no endpoints, say so, and take the name once it is free", func() {
@@ -196,32 +252,10 @@ var _ = Describe("Endpoints", func() {
 	})
 
 	It("should list only the placements of the lane's vector space, and switch to another in one EndpointSlice update", func() {
-		seq++
-		lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gte-%d", seq), Namespace: "default"},
-			Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
-				Rungs: []v1.Rung{128}, Replicas: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
-		Expect(kube.Create(ctx, lane)).To(Succeed())
-		inSpace := func(n *v1.MacNode, space string) {
-			GinkgoHelper()
-			p := &v1.LanePlacement{
-				ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-" + n.Name, Namespace: lane.Namespace, Labels: map[string]string{v1.LabelLane: lane.Name, v1.LabelNode: n.Name}},
-				Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: n.Name, Identity: "gte-" + space, VectorSpaceID: space, Task: v1.TaskEmbed, Device: v1.DeviceANE,
-					Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30},
-			}
-			Expect(kube.Create(ctx, p)).To(Succeed())
-			p.Status.Phase = v1.PhaseReady
-			Expect(kube.Status().Update(ctx, p)).To(Succeed())
-		}
-		inSpace(node("192.0.2.41", 8080), "gte-v1")
-		inSpace(node("192.0.2.42", 8080), "gte-v2")
-		setSpace := func(space string) {
-			GinkgoHelper()
-			Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), lane)).To(Succeed())
-			lane.Status.VectorSpaceID = space
-			Expect(kube.Status().Update(ctx, lane)).To(Succeed())
-			_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
-			Expect(err).NotTo(HaveOccurred())
-		}
+		lane := laneOf(1)
+		readyInSpace(lane, node("192.0.2.41", 8080), "gte-v1")
+		readyInSpace(lane, node("192.0.2.42", 8080), "gte-v2")
+		setSpace := func(space string) { GinkgoHelper(); switchSpace(kube, lane, space) }
 		setSpace("gte-v1")
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.41"}}), "the new space is Ready but the lane has not switched")
 		slice := &discoveryv1.EndpointSlice{}
@@ -235,50 +269,13 @@ var _ = Describe("Endpoints", func() {
 	})
 
 	It("should never list two vector spaces at once when the spaces serve on different ports: the old space's slice goes before the new one's is written", func() {
-		seq++
-		lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gte-%d", seq), Namespace: "default"},
-			Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
-				Rungs: []v1.Rung{128}, Replicas: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
-		Expect(kube.Create(ctx, lane)).To(Succeed())
-		for space, n := range map[string]*v1.MacNode{"gte-v1": node("192.0.2.43", 8081), "gte-v2": node("192.0.2.44", 8082)} {
-			p := &v1.LanePlacement{
-				ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-" + n.Name, Namespace: lane.Namespace, Labels: map[string]string{v1.LabelLane: lane.Name, v1.LabelNode: n.Name}},
-				Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: n.Name, Identity: "gte-" + space, VectorSpaceID: space, Task: v1.TaskEmbed, Device: v1.DeviceANE,
-					Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30},
-			}
-			Expect(kube.Create(ctx, p)).To(Succeed())
-			p.Status.Phase = v1.PhaseReady
-			Expect(kube.Status().Update(ctx, p)).To(Succeed())
-		}
+		lane := laneOf(1)
+		readyInSpace(lane, node("192.0.2.43", 8081), "gte-v1")
+		readyInSpace(lane, node("192.0.2.44", 8082), "gte-v2")
 		// The slices' writes, in order, as the API server receives them.
 		var writes []string
-		record := func(verb string, o client.Object) {
-			if _, ok := o.(*discoveryv1.EndpointSlice); ok {
-				writes = append(writes, verb+" "+o.GetName())
-			}
-		}
-		watched := interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
-			Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
-				record("create", o)
-				return c.Create(ctx, o, opts...)
-			},
-			Patch: func(ctx context.Context, c client.WithWatch, o client.Object, p client.Patch, opts ...client.PatchOption) error {
-				record("patch", o)
-				return c.Patch(ctx, o, p, opts...)
-			},
-			Delete: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
-				record("delete", o)
-				return c.Delete(ctx, o, opts...)
-			},
-		})
-		setSpace := func(space string) {
-			GinkgoHelper()
-			Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), lane)).To(Succeed())
-			lane.Status.VectorSpaceID = space
-			Expect(kube.Status().Update(ctx, lane)).To(Succeed())
-			_, err := endpoints.NewController(clk, watched, policy).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
-			Expect(err).NotTo(HaveOccurred())
-		}
+		watched := afterSliceWrites(func(verb string, o client.Object) { writes = append(writes, verb+" "+o.GetName()) })
+		setSpace := func(space string) { GinkgoHelper(); switchSpace(watched, lane, space) }
 		setSpace("gte-v1")
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8081: {"192.0.2.43"}}))
 		writes = nil
@@ -289,27 +286,15 @@ var _ = Describe("Endpoints", func() {
 	})
 
 	It("should never list two vector spaces at once when both spaces serve on the same several ports, after any one of its writes", func() {
-		seq++
-		lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gte-%d", seq), Namespace: "default"},
-			Spec: v1.CatalogLaneSpec{Model: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE, IdentityRef: v1.LocalObjectReference{Name: "gte"},
-				Rungs: []v1.Rung{128}, Replicas: 2, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
-		Expect(kube.Create(ctx, lane)).To(Succeed())
+		lane := laneOf(2)
 		space := map[string]string{}
 		for _, m := range []struct {
 			ip    string
 			port  int32
 			space string
 		}{{"192.0.2.51", 8093, "gte-v1"}, {"192.0.2.52", 8094, "gte-v1"}, {"192.0.2.53", 8093, "gte-v2"}, {"192.0.2.54", 8094, "gte-v2"}} {
-			n := node(m.ip, m.port)
 			space[m.ip] = m.space
-			p := &v1.LanePlacement{
-				ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-" + n.Name, Namespace: lane.Namespace, Labels: map[string]string{v1.LabelLane: lane.Name, v1.LabelNode: n.Name}},
-				Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: n.Name, Identity: "gte-" + m.space, VectorSpaceID: m.space, Task: v1.TaskEmbed, Device: v1.DeviceANE,
-					Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30},
-			}
-			Expect(kube.Create(ctx, p)).To(Succeed())
-			p.Status.Phase = v1.PhaseReady
-			Expect(kube.Status().Update(ctx, p)).To(Succeed())
+			readyInSpace(lane, node(m.ip, m.port), m.space)
 		}
 		// After every write to a slice, what a client listing the slices sees: the spaces of the
 		// addresses listed.
@@ -323,31 +308,8 @@ var _ = Describe("Endpoints", func() {
 			}
 			seen = append(seen, spaces)
 		}
-		after := func(o client.Object, err error) error {
-			if _, ok := o.(*discoveryv1.EndpointSlice); ok && err == nil {
-				look()
-			}
-			return err
-		}
-		watched := interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
-			Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
-				return after(o, c.Create(ctx, o, opts...))
-			},
-			Patch: func(ctx context.Context, c client.WithWatch, o client.Object, p client.Patch, opts ...client.PatchOption) error {
-				return after(o, c.Patch(ctx, o, p, opts...))
-			},
-			Delete: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
-				return after(o, c.Delete(ctx, o, opts...))
-			},
-		})
-		setSpace := func(s string) {
-			GinkgoHelper()
-			Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), lane)).To(Succeed())
-			lane.Status.VectorSpaceID = s
-			Expect(kube.Status().Update(ctx, lane)).To(Succeed())
-			_, err := endpoints.NewController(clk, watched, policy).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
-			Expect(err).NotTo(HaveOccurred())
-		}
+		watched := afterSliceWrites(func(string, client.Object) { look() })
+		setSpace := func(space string) { GinkgoHelper(); switchSpace(watched, lane, space) }
 		setSpace("gte-v1")
 		Expect(endpointIPs(lane)).To(HaveLen(2))
 		seen = nil

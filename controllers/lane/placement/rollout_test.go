@@ -45,6 +45,27 @@ func sibling(of *v1.CertifiedIdentity, space string) *v1.CertifiedIdentity {
 	return id
 }
 
+// switchedToV2 places a one-replica lane of id, moves it to a sibling identity in vector space
+// gte-v2, has the new placement report Ready and reconciles once more: the lane has switched
+// and the old placement drains.
+func switchedToV2(id *v1.CertifiedIdentity) (*v1.CatalogLane, *v1.CertifiedIdentity) {
+	GinkgoHelper()
+	lane := reconcileLane(newLane(id, 1))
+	reportAll(lane, v1.PhaseReady)
+	lane = settle(lane)
+	next := sibling(id, "gte-v2")
+	lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
+	lane = reconcileLane(lane)
+	for _, p := range placements(lane) {
+		if p.Spec.Identity == next.Name {
+			report(p, v1.PhaseReady)
+		}
+	}
+	lane = reconcileLane(lane)
+	Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
+	return lane, next
+}
+
 // report has the placement's agent report a phase for the placement's latest generation.
 func report(p v1.LanePlacement, phase v1.PlacementPhase) {
 	GinkgoHelper()
@@ -282,19 +303,7 @@ var _ = Describe("Lane edits", func() {
 			newNode()
 			newNode()
 			newNode()
-			lane := reconcileLane(newLane(id, 1))
-			reportAll(lane, v1.PhaseReady)
-			lane = settle(lane)
-			next := sibling(id, "gte-v2")
-			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
-			lane = reconcileLane(lane)
-			for _, p := range placements(lane) {
-				if p.Spec.Identity == next.Name {
-					report(p, v1.PhaseReady)
-				}
-			}
-			lane = reconcileLane(lane)
-			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
+			lane, next := switchedToV2(id)
 
 			// Within the drain, another identity of the same new space (a new macOS build's).
 			again := sibling(id, "gte-v2")
@@ -315,19 +324,7 @@ var _ = Describe("Lane edits", func() {
 			id := newIdentity()
 			newNode()
 			newNode()
-			lane := reconcileLane(newLane(id, 1))
-			reportAll(lane, v1.PhaseReady)
-			lane = settle(lane)
-			next := sibling(id, "gte-v2")
-			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
-			lane = reconcileLane(lane)
-			for _, p := range placements(lane) {
-				if p.Spec.Identity == next.Name {
-					report(p, v1.PhaseReady)
-				}
-			}
-			lane = reconcileLane(lane)
-			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
+			lane, _ := switchedToV2(id)
 			clk.Step(placement.SwitchDrain) // the old controller's drain would be over
 
 			// A new controller (a restart, a new leader) knows nothing of when the switch was written.
