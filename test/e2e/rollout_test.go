@@ -41,15 +41,19 @@ type answer struct {
 	err   error
 }
 
-// endpointNodes are the Macs the lane's EndpointSlices list as ready, as a client that balances
-// over the slices (kube-proxy, a mesh) sees them: each Mac of this one-machine fleet serves on
-// its own port, which names it.
-func endpointNodes(l *v1.CatalogLane) []string {
-	GinkgoHelper()
+// endpointNodes are the Macs the EndpointSlices of the lane named by key list as ready, as a
+// client that balances over the slices (kube-proxy, a mesh) sees them: each Mac of this
+// one-machine fleet serves on its own port, which names it. It takes the lane's key, not the
+// lane, because the client's goroutine reads it while the spec updates the lane.
+func endpointNodes(key client.ObjectKey) ([]string, error) {
 	var slices discoveryv1.EndpointSliceList
-	Expect(kube.List(ctx, &slices, client.InNamespace(l.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: l.Name})).To(Succeed())
+	if err := kube.List(ctx, &slices, client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+		return nil, err
+	}
 	var nodes v1.MacNodeList
-	Expect(kube.List(ctx, &nodes)).To(Succeed())
+	if err := kube.List(ctx, &nodes); err != nil {
+		return nil, err
+	}
 	byPort := map[int32]string{}
 	for _, n := range nodes.Items {
 		byPort[n.Status.ServingPort] = n.Name
@@ -62,7 +66,7 @@ func endpointNodes(l *v1.CatalogLane) []string {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 var _ = Describe("Rollouts", func() {
@@ -72,7 +76,8 @@ var _ = Describe("Rollouts", func() {
 		}
 		l := newLane(v1.TaskEmbed, 1)
 		readyOn(l)
-		Eventually(func() []string { return endpointNodes(l) }).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).ShouldNot(BeEmpty())
+		laneKey := client.ObjectKeyFromObject(l)
+		Eventually(func() ([]string, error) { return endpointNodes(laneKey) }).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).ShouldNot(BeEmpty())
 		oldSpace, newSpace := "tiny/1", "tiny/2"
 		createIdentity("tiny-2-25b78", "2")
 
@@ -85,6 +90,10 @@ var _ = Describe("Rollouts", func() {
 			finished = make(chan struct{})
 		)
 		count := func() int { mu.Lock(); defer mu.Unlock(); return len(answers) }
+		// However the spec ends, the client stops with it: a client left calling would run into
+		// the specs after this one.
+		stopClient := sync.OnceFunc(func() { close(stop); <-finished })
+		DeferCleanup(stopClient)
 		params := openai.EmbeddingNewParams{Model: openai.EmbeddingModel(key(l)),
 			Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"a rollout must not mix spaces"}}}
 		go func() {
@@ -96,9 +105,10 @@ var _ = Describe("Rollouts", func() {
 					return
 				default:
 				}
-				nodes := endpointNodes(l)
-				if len(nodes) == 0 {
-					// A balancer with no endpoint holds the call until the slices list one.
+				nodes, err := endpointNodes(laneKey)
+				if err != nil || len(nodes) == 0 {
+					// A balancer with no endpoint (or that cannot read the slices) holds the
+					// call until the slices list one.
 					select {
 					case <-stop:
 						return
@@ -107,7 +117,7 @@ var _ = Describe("Rollouts", func() {
 					continue
 				}
 				var resp *http.Response
-				_, err := openAI(nodes[i%len(nodes)], token).Embeddings.New(ctx, params, option.WithResponseInto(&resp))
+				_, err = openAI(nodes[i%len(nodes)], token).Embeddings.New(ctx, params, option.WithResponseInto(&resp))
 				a := answer{err: err}
 				if err == nil {
 					a.space = resp.Header.Get("X-Synapse-Vector-Space")
@@ -136,8 +146,7 @@ var _ = Describe("Rollouts", func() {
 		}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 		after := count()
 		Eventually(count).WithTimeout(30 * time.Second).Should(BeNumerically(">=", after+10))
-		close(stop)
-		<-finished
+		stopClient()
 
 		mu.Lock()
 		defer mu.Unlock()
