@@ -20,10 +20,14 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -53,6 +57,50 @@ func freePort() int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// stablePort is a loopback port for a listener that must come back on the same port after a
+// restart (a Mac's API, the API server): previous, if it is still free, as an agent's
+// configured --listen would be; otherwise a free port below the kernel's ephemeral range. An
+// ephemeral port would do until its listener stops: then any process's outgoing connection may
+// take it as its local port (the test packages beside this one open thousands), and the
+// restarted listener could not bind it.
+func stablePort(previous int) int {
+	if previous != 0 && portFree(previous) {
+		return previous
+	}
+	const lowest = 10000 // above the ports services commonly take
+	if ephemeral := ephemeralLow(); ephemeral > lowest+1000 {
+		for range 100 {
+			if p := lowest + rand.IntN(ephemeral-lowest); portFree(p) {
+				return p
+			}
+		}
+	}
+	return freePort()
+}
+
+// portFree says whether a port can be listened on on the loopback now.
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range, from which outgoing
+// connections take their local ports (Linux's ip_local_port_range; its default elsewhere).
+func ephemeralLow() int {
+	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(data)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				return n
+			}
+		}
+	}
+	return 32768
 }
 
 // prefixed writes each line to out with "[name] " before it; one mutex keeps the processes'

@@ -129,7 +129,10 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		ErrorIfCRDPathMissing: true,
 		// Certificates in a directory of ours survive an API server restart, and so do the
 		// clients' credentials.
-		ControlPlane:            envtest.ControlPlane{APIServer: &envtest.APIServer{CertDir: certs}},
+		// Its port is outside the ephemeral range, so that it is still free when the API
+		// server restarts (RestartAPIServer).
+		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{CertDir: certs,
+			SecureServing: envtest.SecureServing{ListenAddr: envtest.ListenAddr{Address: "127.0.0.1", Port: strconv.Itoa(stablePort(0))}}}},
 		ControlPlaneStopTimeout: 2 * time.Minute,
 	}
 	fmt.Fprintln(opts.Out, "starting etcd and kube-apiserver ...")
@@ -231,12 +234,9 @@ func (f *Fleet) startController(ctx context.Context) error {
 // again after StopMac keeps its port and its state (its aned cache).
 func (f *Fleet) StartMac(ctx context.Context, m Mac) error {
 	f.mu.Lock()
-	port := f.ports[m.Name]
+	port := m.Port
 	if port == 0 {
-		port = m.Port
-	}
-	if port == 0 {
-		port = freePort()
+		port = stablePort(f.ports[m.Name])
 	}
 	f.ports[m.Name] = port
 	f.mu.Unlock()

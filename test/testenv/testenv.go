@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -142,12 +143,42 @@ func Suite(setup ...func(*Env)) *Env {
 	return e
 }
 
-// RunSpecs runs the package's specs, in random order.
+// RunSpecs runs the package's specs, in random order. When any fails, it ends by saying which
+// and why in a few lines, with the seed that replays the order: go test prints them last, after
+// the test's FAIL line, where a CI log's tail shows them (ginkgo's own summary names only the
+// failures' places, and their messages come pages earlier).
 func RunSpecs(t *testing.T, name string) {
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	suiteConfig, reporterConfig := ginkgo.GinkgoConfiguration()
 	suiteConfig.RandomizeAllSpecs = true
-	ginkgo.RunSpecs(t, name, suiteConfig, reporterConfig)
+	var report ginkgo.Report
+	ginkgo.ReportAfterSuite("failures, last", func(r ginkgo.Report) { report = r })
+	if !ginkgo.RunSpecs(t, name, suiteConfig, reporterConfig) {
+		for _, line := range failureSummary(report, 5) {
+			t.Log(line)
+		}
+	}
+}
+
+// failureSummary is a line for the seed and one for each of the first max failed specs: its
+// name, where it failed and the first 300 characters of its message.
+func failureSummary(r ginkgo.Report, max int) []string {
+	lines := []string{fmt.Sprintf("seed %d (replay the order with -ginkgo.seed %[1]d); the first failures:", r.SuiteConfig.RandomSeed)}
+	for _, s := range r.SpecReports {
+		if !s.Failed() {
+			continue
+		}
+		if len(lines) > max {
+			lines = append(lines, "...")
+			break
+		}
+		msg := strings.Join(strings.Fields(s.Failure.Message), " ")
+		if len(msg) > 300 {
+			msg = msg[:300] + "..."
+		}
+		lines = append(lines, fmt.Sprintf("%s %s at %s: %s", s.LeafNodeType, s.FullText(), s.Failure.Location, msg))
+	}
+	return lines
 }
 
 // Counting wraps c so that every read (get, list) adds one to reads and every write (create,
