@@ -211,19 +211,19 @@ type MacNodeStatus struct {
 
 	// platform describes the Mac.
 	// +optional
-	Platform Platform `json:"platform,omitempty"`
+	Platform Platform `json:"platform,omitzero"`
 
 	// worker is the worker binary the agent starts.
 	// +optional
-	Worker NodeWorker `json:"worker,omitempty"`
+	Worker NodeWorker `json:"worker,omitzero"`
 
 	// capacity is the node's Neural Engine budget.
 	// +optional
-	Capacity ExecutableBudget `json:"capacity,omitempty"`
+	Capacity ExecutableBudget `json:"capacity,omitzero"`
 
 	// allocated is the part of capacity charged to resident and pending shapes.
 	// +optional
-	Allocated ExecutableBudget `json:"allocated,omitempty"`
+	Allocated ExecutableBudget `json:"allocated,omitzero"`
 
 	// addresses reach the agent's serving port.
 	// +optional
@@ -246,7 +246,7 @@ type MacNodeStatus struct {
 
 	// compileQueue summarises the node's compile queue.
 	// +optional
-	CompileQueue CompileQueueSummary `json:"compileQueue,omitempty"`
+	CompileQueue CompileQueueSummary `json:"compileQueue,omitzero"`
 
 	// lanes is the number of placements bound to the node.
 	// +optional

@@ -34,9 +34,11 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -169,9 +171,9 @@ func TestStatusWritesAreCoalescedAndOnlyWhenSomethingChanged(t *testing.T) {
 	a, clk, writes := newTestAgent(t, p)
 	l := loadReady(t, a, p)
 	ctx := context.Background()
-	last := map[string]time.Time{}
+	book := newStatusBook()
 
-	if n := a.statusPass(ctx, last); n != 2 {
+	if n := a.statusPass(ctx, book); n != 2 {
 		t.Fatalf("the first pass wrote %d objects, want the node and the placement", n)
 	}
 	got := &v1.LanePlacement{}
@@ -185,26 +187,26 @@ func TestStatusWritesAreCoalescedAndOnlyWhenSomethingChanged(t *testing.T) {
 	// Nothing changed: nothing is written, however often the writer wakes.
 	clk.Step(5 * time.Second)
 	for range 3 {
-		if n := a.statusPass(ctx, last); n != 0 {
+		if n := a.statusPass(ctx, book); n != 0 {
 			t.Fatalf("a pass with nothing changed wrote %d objects", n)
 		}
 	}
 
 	// A burst of changes within one interval is one write, of the last state.
 	a.setState(l, lanePaused, nil)
-	if n := a.statusPass(ctx, last); n != 1 {
+	if n := a.statusPass(ctx, book); n != 1 {
 		t.Fatalf("the change wrote %d objects", n)
 	}
 	a.setState(l, laneReady, nil)
 	a.setState(l, lanePaused, nil)
 	a.setState(l, laneRetiring, nil)
 	clk.Step(500 * time.Millisecond)
-	if n := a.statusPass(ctx, last); n != 0 {
+	if n := a.statusPass(ctx, book); n != 0 {
 		t.Fatalf("a second write within the interval: %d", n)
 	}
 	clk.Step(500 * time.Millisecond)
 	before := writes.Load()
-	if n := a.statusPass(ctx, last); n != 1 || writes.Load() != before+1 {
+	if n := a.statusPass(ctx, book); n != 1 || writes.Load() != before+1 {
 		t.Fatalf("after the interval: %d writes", n)
 	}
 	if err := a.kube.Get(ctx, types.NamespacedName{Namespace: "default", Name: p.Name}, got); err != nil {
@@ -212,6 +214,50 @@ func TestStatusWritesAreCoalescedAndOnlyWhenSomethingChanged(t *testing.T) {
 	}
 	if got.Status.Phase != v1.PhaseRetiring {
 		t.Fatalf("phase %s, want the burst's last state, Retiring", got.Status.Phase)
+	}
+}
+
+// A status the API server refuses (here as invalid) is tried again once per StatusInterval,
+// however many passes the agent's state changes run meanwhile, and written when it is accepted.
+func TestARefusedStatusWriteIsRetriedOncePerInterval(t *testing.T) {
+	p := testPlacement("gte")
+	a, clk, _ := newTestAgent(t, p)
+	loadReady(t, a, p)
+	ctx := context.Background()
+	var refusing atomic.Bool
+	var attempts atomic.Int64
+	refusing.Store(true)
+	a.kube = interceptor.NewClient(a.kube.(client.WithWatch), interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			attempts.Add(1)
+			if refusing.Load() {
+				return apierrors.NewInvalid(schema.GroupKind{Group: v1.GroupVersion.Group, Kind: "MacNode"}, obj.GetName(), nil)
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	book := newStatusBook()
+	if n := a.statusPass(ctx, book); n != 0 || attempts.Load() != 2 {
+		t.Fatalf("the first pass wrote %d and tried %d objects, want 0 written of the node and the placement tried", n, attempts.Load())
+	}
+	for range 5 { // kicks within the interval
+		clk.Step(100 * time.Millisecond)
+		if a.statusPass(ctx, book); attempts.Load() != 2 {
+			t.Fatalf("%d attempts within the interval after a refusal, want none more", attempts.Load()-2)
+		}
+	}
+	clk.Step(500 * time.Millisecond)
+	a.statusPass(ctx, book)
+	if attempts.Load() != 4 {
+		t.Fatalf("%d attempts once the interval passed, want each object tried once more", attempts.Load()-2)
+	}
+	refusing.Store(false)
+	clk.Step(time.Second)
+	if n := a.statusPass(ctx, book); n != 2 {
+		t.Fatalf("accepted again, the pass wrote %d objects, want both", n)
+	}
+	if len(book.failed) != 0 {
+		t.Fatalf("the book still holds failures: %v", book.failed)
 	}
 }
 

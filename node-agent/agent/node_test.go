@@ -112,9 +112,9 @@ func TestTheNodesProgressIsCoalescedLongerThanItsConditions(t *testing.T) {
 	first, second := testPlacement("gte"), testPlacement("bge")
 	a, clk, _ := newTestAgent(t, first, second)
 	ctx := context.Background()
-	last := map[string]time.Time{}
+	book := newStatusBook()
 	loadReady(t, a, first)
-	a.statusPass(ctx, last)
+	a.statusPass(ctx, book)
 	node := func() *v1.MacNode {
 		t.Helper()
 		n := &v1.MacNode{}
@@ -129,12 +129,12 @@ func TestTheNodesProgressIsCoalescedLongerThanItsConditions(t *testing.T) {
 
 	loadReady(t, a, second) // progress: a lane more, more executables allocated
 	clk.Step(a.cfg.StatusInterval)
-	a.statusPass(ctx, last)
+	a.statusPass(ctx, book)
 	if got := node().Status.Lanes; got != 1 {
 		t.Fatalf("progress was written within %s: %d lanes", NodeProgressInterval, got)
 	}
 	clk.Step(NodeProgressInterval)
-	a.statusPass(ctx, last)
+	a.statusPass(ctx, book)
 	if got := node().Status.Lanes; got != 2 {
 		t.Fatalf("progress was not written after %s: %d lanes", NodeProgressInterval, got)
 	}
@@ -143,7 +143,7 @@ func TestTheNodesProgressIsCoalescedLongerThanItsConditions(t *testing.T) {
 	a.paused = true // a condition placement reads
 	a.mu.Unlock()
 	clk.Step(a.cfg.StatusInterval)
-	a.statusPass(ctx, last)
+	a.statusPass(ctx, book)
 	if !meta.IsStatusConditionTrue(node().Status.Conditions, v1.NodeConditionPaused) {
 		t.Fatalf("a pause was not written within %s", a.cfg.StatusInterval)
 	}
@@ -156,8 +156,8 @@ func TestTheNodesProgressIsCoalescedLongerThanItsConditions(t *testing.T) {
 func TestTheNodeStatusNeverErasesAConditionWrittenSinceTheCachedCopy(t *testing.T) {
 	a, clk, _ := newTestAgent(t)
 	ctx := context.Background()
-	last := map[string]time.Time{}
-	a.statusPass(ctx, last)
+	book := newStatusBook()
+	a.statusPass(ctx, book)
 	stale := &v1.MacNode{}
 	if err := a.kube.Get(ctx, client.ObjectKey{Name: "mac-1"}, stale); err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestTheNodeStatusNeverErasesAConditionWrittenSinceTheCachedCopy(t *testing.
 	a.paused = true
 	a.mu.Unlock()
 	clk.Step(a.cfg.StatusInterval)
-	if n := a.statusPass(ctx, last); n != 1 {
+	if n := a.statusPass(ctx, book); n != 1 {
 		t.Errorf("a pass on a stale copy wrote %d objects, want the node", n)
 	}
 	got := &v1.MacNode{}
@@ -222,8 +222,8 @@ func TestThePlacementStatusNeverRevertsTheControllersConditions(t *testing.T) {
 	a, clk, _ := newTestAgent(t, p)
 	ctx := context.Background()
 	loadReady(t, a, p)
-	last := map[string]time.Time{}
-	a.statusPass(ctx, last)
+	book := newStatusBook()
+	a.statusPass(ctx, book)
 	key := client.ObjectKeyFromObject(p)
 	stale := &v1.LanePlacement{}
 	if err := a.kube.Get(ctx, key, stale); err != nil {
@@ -259,7 +259,7 @@ func TestThePlacementStatusNeverRevertsTheControllersConditions(t *testing.T) {
 	}
 	stopping(true)
 	clk.Step(a.cfg.StatusInterval)
-	a.statusPass(ctx, last)
+	a.statusPass(ctx, book)
 	got := &v1.LanePlacement{}
 	if err := real.Get(ctx, key, got); err != nil {
 		t.Fatal(err)
@@ -273,7 +273,7 @@ func TestThePlacementStatusNeverRevertsTheControllersConditions(t *testing.T) {
 
 	stopping(false)
 	clk.Step(a.cfg.StatusInterval)
-	a.statusPass(ctx, last)
+	a.statusPass(ctx, book)
 	if err := real.Get(ctx, key, got); err != nil {
 		t.Fatal(err)
 	}

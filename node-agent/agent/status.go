@@ -18,6 +18,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
@@ -37,13 +39,15 @@ import (
 // writeStatus writes the placements' and the node's status when they change: passes run on
 // every state change and every StatusInterval, and one object is written at most once per
 // StatusInterval, so a burst of changes is coalesced into one write. A write that fails (the
-// API server is away) is retried on the next pass: status catches up when it returns.
+// API server is away, or refuses it) is retried no sooner than StatusInterval later, however
+// often the state changes meanwhile: status catches up when the API server returns, and a write
+// it refuses costs one request per interval, not one per pass.
 func (a *Agent) writeStatus(ctx context.Context) error {
 	ticker := a.cfg.Clock.NewTicker(a.cfg.StatusInterval)
 	defer ticker.Stop()
-	last := map[string]time.Time{}
+	book := newStatusBook()
 	for {
-		a.statusPass(ctx, last)
+		a.statusPass(ctx, book)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -53,30 +57,77 @@ func (a *Agent) writeStatus(ctx context.Context) error {
 	}
 }
 
-// statusPass writes every object whose status changed and whose last write (in last) is at
-// least StatusInterval ago; it returns how many it wrote.
-func (a *Agent) statusPass(ctx context.Context, last map[string]time.Time) int {
+// statusBook is what the status writer keeps between passes, per object (the node, or a
+// placement's key).
+type statusBook struct {
+	// wrote is when the object's status was last written.
+	wrote map[string]time.Time
+	// failed is when a write of the object last failed, while its writes fail.
+	failed map[string]time.Time
+}
+
+func newStatusBook() *statusBook {
+	return &statusBook{wrote: map[string]time.Time{}, failed: map[string]time.Time{}}
+}
+
+// due says whether the object may be written at now: StatusInterval after its last write and
+// after its last failed attempt.
+func (b *statusBook) due(key string, now time.Time, interval time.Duration) bool {
+	for _, at := range []map[string]time.Time{b.wrote, b.failed} {
+		if t, ok := at[key]; ok && now.Sub(t) < interval {
+			return false
+		}
+	}
+	return true
+}
+
+// record notes a write's outcome. The first failure of a run of them is logged as an error
+// (a status the API server refuses is a fault an operator must see, not a retry to hide), the
+// others at V(1), and the first success after them at once.
+func (a *Agent) record(book *statusBook, key string, now time.Time, wrote bool, err error, kv ...any) {
+	var notStarted *cache.ErrCacheNotStarted
+	if errors.As(err, &notStarted) {
+		return // the agent is starting: nothing was sent, and the next pass tries again
+	}
+	if err != nil {
+		if _, failing := book.failed[key]; failing {
+			a.cfg.Log.V(1).Info("writing a status failed again; will retry", append(kv, "error", err.Error())...)
+		} else {
+			a.cfg.Log.Error(err, "writing a status failed; will retry", kv...)
+		}
+		book.failed[key] = now
+		return
+	}
+	if _, failing := book.failed[key]; failing {
+		delete(book.failed, key)
+		a.cfg.Log.Info("a status is written again", kv...)
+	}
+	if wrote {
+		book.wrote[key] = now
+	}
+}
+
+// statusPass writes every object whose status changed and which is due (see statusBook.due);
+// it returns how many it wrote.
+func (a *Agent) statusPass(ctx context.Context, book *statusBook) int {
 	now := a.cfg.Clock.Now()
-	due := func(key string) bool { t, ok := last[key]; return !ok || now.Sub(t) >= a.cfg.StatusInterval }
 	n := 0
-	if due("node") {
-		t, ok := last["node"]
+	if book.due("node", now, a.cfg.StatusInterval) {
+		t, ok := book.wrote["node"]
 		progressDue := !ok || now.Sub(t) >= NodeProgressInterval
-		if wrote, err := a.writeNodeStatus(ctx, progressDue); err != nil {
-			a.cfg.Log.V(1).Info("writing the node status; will retry", "error", err.Error())
-		} else if wrote {
-			last["node"] = now
+		wrote, err := a.writeNodeStatus(ctx, progressDue)
+		a.record(book, "node", now, wrote, err, "node", a.cfg.NodeName)
+		if wrote && err == nil {
 			n++
 		}
 	}
 	for _, key := range a.placementKeys() {
-		if !due(key.String()) {
+		if !book.due(key.String(), now, a.cfg.StatusInterval) {
 			continue
 		}
-		if wrote, err := a.writePlacementStatus(ctx, key); err != nil {
-			a.cfg.Log.V(1).Info("writing a placement status; will retry", "placement", key.String(), "error", err.Error())
-		} else if wrote {
-			last[key.String()] = now
+		wrote, err := a.writePlacementStatus(ctx, key)
+		a.record(book, key.String(), now, wrote, err, "placement", key.String())
+		if wrote && err == nil {
 			n++
 		}
 	}

@@ -190,6 +190,24 @@ var rows = []row{
 		}
 		return nil
 	}},
+	{name: "applies its own MacNode's status server-side with its compile queue emptied and nothing allocated, after a busy one", act: func(w *world) error {
+		busy := agentStatus()
+		busy.Allocated = v1.ExecutableBudget{LayerExecutables: 12}
+		busy.CompileQueue = v1.CompileQueueSummary{Length: 1, Running: "team-a/lane-a@128", PredictedDrainSeconds: 5}
+		if err := statusapply.ApplyAgentStatus(ctx, w.as, w.self, busy); err != nil {
+			return err
+		}
+		// Every field of the queue and of the allocation goes back to its zero value: the
+		// apply must clear them, not leave a null the schema refuses (a Mac whose last compile
+		// finished could never write its status again).
+		if err := statusapply.ApplyAgentStatus(ctx, w.as, w.self, agentStatus()); err != nil {
+			return err
+		}
+		if st := node(w.self).Status; st.CompileQueue != (v1.CompileQueueSummary{}) || st.Allocated != (v1.ExecutableBudget{}) {
+			return fmt.Errorf("the idle status left the busy one's queue %+v and allocation %+v", st.CompileQueue, st.Allocated)
+		}
+		return nil
+	}},
 	{name: "changes its own condition types on its MacNode beside the controllers'", act: func(w *world) error {
 		controllerWrites(w.self)
 		return setNodeCondition(w, metav1.Condition{Type: v1.NodeConditionPaused, Status: metav1.ConditionTrue, Reason: "PausedBySpec", Message: "paused"})

@@ -61,11 +61,16 @@ import (
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=macnodes;certifiedidentities;prewarmpolicies,verbs=get;list;watch
 
-// StatusInterval is the least time between two writes of a lane's status that only report its
-// replicas' progress (the Ready, compiling and failed counts and the Ready condition): the
-// phases an agent reports in quick succession become one write. What placement decided (the
-// nodes, the Placed condition) is written at once.
+// StatusInterval is the least time between a write of a lane's status and one that turns its
+// Ready condition: the phases an agent reports in quick succession become one write. What
+// placement decided (the nodes, the Placed and Progressing conditions) is written at once.
 const StatusInterval = time.Second
+
+// ProgressInterval is the least time between a write of a lane's status and one that only
+// reports its replicas' progress within the same Ready status (the ready, compiling and failed
+// counts, the Ready condition's reason and message): a replica that loads in a few seconds is
+// written twice, placed and Ready, rather than once more for each phase on its way.
+const ProgressInterval = 5 * time.Second
 
 // Controller reconciles CatalogLanes into LanePlacements.
 type Controller struct {
@@ -233,7 +238,8 @@ func (c *Controller) drained(lane types.NamespacedName) {
 const MissedNodeRetry = 100 * time.Millisecond
 
 // statusWait is how long a status write must wait to be coalesced with the next: zero when it
-// says something placement decided, or the lane's last write is StatusInterval old.
+// says something placement decided, or when the lane's last write is StatusInterval old and it
+// turns the Ready condition, or ProgressInterval old.
 func (c *Controller) statusWait(lane types.NamespacedName, stored, desired *v1.CatalogLaneStatus) time.Duration {
 	conditionOf := func(st *v1.CatalogLaneStatus, typ string) metav1.Condition {
 		if cond := meta.FindStatusCondition(st.Conditions, typ); cond != nil {
@@ -253,7 +259,11 @@ func (c *Controller) statusWait(lane types.NamespacedName, stored, desired *v1.C
 	if !ok {
 		return 0
 	}
-	return max(0, StatusInterval-c.clk.Since(last))
+	interval := ProgressInterval
+	if meta.IsStatusConditionTrue(stored.Conditions, v1.ConditionReady) != meta.IsStatusConditionTrue(desired.Conditions, v1.ConditionReady) {
+		interval = StatusInterval
+	}
+	return max(0, interval-c.clk.Since(last))
 }
 
 func schedulable(node *v1.MacNode) bool {

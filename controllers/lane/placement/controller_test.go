@@ -18,6 +18,7 @@ package placement_test
 
 import (
 	"fmt"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -345,22 +346,50 @@ var _ = Describe("Placement", func() {
 		lane := reconcileLane(newLane(id, 1))
 		Expect(lane.Status.Nodes).To(Equal([]string{n.Name}), "the placement is written at once")
 
-		// The agent reports Compiling, then Ready, within a second.
+		// The agent reports Compiling, then Ready, within a second: progress waits longer than
+		// a turn of the Ready condition, and both become one write.
 		p := placements(lane)[n.Name]
-		for _, phase := range []v1.PlacementPhase{v1.PhaseCompiling, v1.PhaseReady} {
-			p.Status.Phase, p.Status.ObservedGeneration = phase, p.Generation
+		for _, step := range []struct {
+			phase v1.PlacementPhase
+			wait  time.Duration
+		}{{v1.PhaseCompiling, placement.ProgressInterval}, {v1.PhaseReady, placement.StatusInterval}} {
+			p.Status.Phase, p.Status.ObservedGeneration = step.phase, p.Generation
 			Expect(kube.Status().Update(ctx, &p)).To(Succeed())
 			observe(&p)
 			before := writes.Load()
 			res, err := controller.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
 			Expect(err).NotTo(HaveOccurred())
-			Expect(res.RequeueAfter).To(Equal(placement.StatusInterval), "coalesced with what comes next")
+			Expect(res.RequeueAfter).To(Equal(step.wait), "%s is coalesced with what comes next", step.phase)
 			Expect(writes.Load()).To(Equal(before))
 		}
 		clk.Step(placement.StatusInterval)
+		before := writes.Load()
 		lane = reconcileLane(lane)
+		Expect(writes.Load()).To(Equal(before+1), "one write for both phases")
 		Expect(lane.Status.ReadyReplicas).To(BeEquivalentTo(1))
+		Expect(lane.Status.CompilingReplicas).To(BeZero())
 		Expect(meta.IsStatusConditionTrue(lane.Status.Conditions, v1.ConditionReady)).To(BeTrue())
+	})
+
+	It("should write a replica's progress that does not turn Ready once ProgressInterval has passed", func() {
+		id := newIdentity()
+		n := newNode()
+		lane := reconcileLane(newLane(id, 1))
+		p := placements(lane)[n.Name]
+		p.Status.Phase, p.Status.ObservedGeneration = v1.PhaseCompiling, p.Generation
+		Expect(kube.Status().Update(ctx, &p)).To(Succeed())
+		observe(&p)
+		clk.Step(placement.ProgressInterval - time.Millisecond)
+		before := writes.Load()
+		res, err := controller.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(Equal(time.Millisecond))
+		Expect(writes.Load()).To(Equal(before), "not yet")
+		clk.Step(time.Millisecond)
+		lane = reconcileLane(lane)
+		Expect(writes.Load()).To(Equal(before+1))
+		Expect(lane.Status.CompilingReplicas).To(BeEquivalentTo(1))
+		Expect(meta.FindStatusCondition(lane.Status.Conditions, v1.ConditionReady).Reason).To(Equal("Compiling"))
 	})
 
 	It("should write nothing on a resync with nothing to change", func() {

@@ -91,10 +91,10 @@ func edit(l *v1.CatalogLane, change func(*v1.CatalogLaneSpec)) *v1.CatalogLane {
 	return l
 }
 
-// settle reconciles past the status coalescing.
+// settle reconciles past the status coalescing (progress waits longest).
 func settle(l *v1.CatalogLane) *v1.CatalogLane {
 	GinkgoHelper()
-	clk.Step(placement.StatusInterval)
+	clk.Step(placement.ProgressInterval)
 	return reconcileLane(l)
 }
 
