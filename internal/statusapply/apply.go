@@ -14,7 +14,8 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package statusapply writes the status of MacNodes and LanePlacements by server-side apply,
+// Package statusapply writes the status of MacNodes, LanePlacements and CatalogLanes by
+// server-side apply,
 // so that each fact has one writer and no writer erases another's. A MacNode's conditions are
 // written by three: the node's agent (AgentReady, ANEAvailable, TempSpaceLow, Paused, and the
 // rest of the status), the node lifecycle controller (Ready, from the Lease, and EvictionHeld)
@@ -114,6 +115,44 @@ func ApplyAgentStatus(ctx context.Context, c client.Client, node string, st v1.M
 func ApplyAgentPlacementStatus(ctx context.Context, c client.Client, key types.NamespacedName, st v1.LanePlacementStatus) error {
 	st.Conditions = only(st.Conditions, AgentPlacementConditions)
 	return apply(ctx, c, &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, "LanePlacement", AgentManager, st)
+}
+
+// Field managers of the CatalogLane's status writers: the placement controller owns what it
+// decides and counts (the replicas, nodes, vector space and the Placed, Ready and Progressing
+// conditions), the endpoints controller the ServiceReady condition. Each applies its own part,
+// so neither a stale cache nor the other's write in between costs a conflict or erases the
+// other's condition (a merge patch of the conditions replaced the list whole).
+const (
+	LanePlacementManager = "synapse-lane-placement"
+	LaneEndpointsManager = "synapse-lane-endpoints"
+)
+
+// LanePlacementConditions are the lane condition types the placement controller writes.
+var LanePlacementConditions = []string{v1.LaneConditionPlaced, v1.ConditionReady, v1.LaneConditionProgressing}
+
+// ApplyLanePlacementStatus writes what the placement controller reports of the lane: its
+// counts, nodes, vector space and observed generation, every one said even when zero (an
+// omitted field would stay at the value another manager once wrote, as after an upgrade from
+// merge patches), and of its conditions only LanePlacementConditions.
+func ApplyLanePlacementStatus(ctx context.Context, c client.Client, key types.NamespacedName, st v1.CatalogLaneStatus) error {
+	nodes := st.Nodes
+	if nodes == nil {
+		nodes = []string{}
+	}
+	return apply(ctx, c, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, "CatalogLane", LanePlacementManager,
+		map[string]any{
+			"observedGeneration": st.ObservedGeneration, "replicas": st.Replicas, "updatedReplicas": st.UpdatedReplicas,
+			"vectorSpaceID": st.VectorSpaceID, "readyReplicas": st.ReadyReplicas, "compilingReplicas": st.CompilingReplicas,
+			"failedReplicas": st.FailedReplicas, "nodes": nodes, "conditions": only(st.Conditions, LanePlacementConditions),
+		})
+}
+
+// ApplyLaneCondition writes one condition of a lane under manager, leaving every other
+// condition and field as it is.
+func ApplyLaneCondition(ctx context.Context, c client.Client, key types.NamespacedName, manager string, cond metav1.Condition) error {
+	return apply(ctx, c, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, "CatalogLane", manager, struct {
+		Conditions []metav1.Condition `json:"conditions"`
+	}{Conditions: []metav1.Condition{cond}})
 }
 
 // only is the conditions of the given types.

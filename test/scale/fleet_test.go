@@ -127,7 +127,7 @@ func startFleet(ctx context.Context, sc fleetScenario) (f *fleet, err error) {
 			return f, err
 		}
 	}
-	for _, dir := range []string{"config/agent", "config/rbac"} { // config/agent makes the namespaces config/rbac binds in
+	for _, dir := range []string{"config/agent", "config/rbac", "config/apf"} { // config/agent makes the namespaces config/rbac binds in
 		if err := applyKustomization(ctx, f.cp.Client, filepath.Join(repoRoot(), dir)); err != nil {
 			return f, err
 		}

@@ -52,6 +52,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 )
 
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
@@ -238,7 +239,6 @@ func (c *Controller) desiredService(lane *v1.CatalogLane, svc *corev1.Service) e
 
 // setServiceCondition records whether the lane's Service is the controller's.
 func (c *Controller) setServiceCondition(ctx context.Context, lane *v1.CatalogLane, taken error) error {
-	stored := lane.DeepCopy()
 	cond := metav1.Condition{Type: v1.LaneConditionServiceReady, Status: metav1.ConditionTrue, Reason: v1.LaneReasonServiceReady,
 		Message:            fmt.Sprintf("Service %s and its EndpointSlices are the controller's", lane.Name),
 		ObservedGeneration: lane.Generation, LastTransitionTime: metav1.NewTime(c.clk.Now())}
@@ -247,11 +247,12 @@ func (c *Controller) setServiceCondition(ctx context.Context, lane *v1.CatalogLa
 		cond.Message = fmt.Sprintf("%v: an object of the lane's name exists that this controller did not create; it is never taken over. "+
 			"Rename the lane or remove that object; meanwhile the lane has no Service endpoints", taken)
 	}
-	meta.SetStatusCondition(&lane.Status.Conditions, cond)
-	if equality.Semantic.DeepEqual(stored.Status, lane.Status) {
+	if !statusapply.Changed(lane.Status.Conditions, cond) {
 		return nil
 	}
-	return c.kube.Status().Patch(ctx, lane, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
+	// Applied, its own type alone: the placement controller writes the lane's other conditions.
+	return statusapply.ApplyLaneCondition(ctx, c.kube, client.ObjectKeyFromObject(lane), statusapply.LaneEndpointsManager,
+		statusapply.Next(lane.Status.Conditions, cond))
 }
 
 // endpoint is one node's address and its EndpointSlice conditions.

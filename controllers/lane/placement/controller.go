@@ -54,6 +54,7 @@ import (
 	"github.com/ck-synapse/synapse-fleet/controllers/internal/enqueue"
 	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
 	"github.com/ck-synapse/synapse-fleet/controllers/prewarm"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 )
 
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=cataloglanes,verbs=get;list;watch
@@ -191,7 +192,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			c.recorder.Eventf(lane, nil, "Normal", "VectorSpaceSwitched", "Rollout", "the lane answers in vector space %s from now on; the placements of %s retire",
 				lane.Status.VectorSpaceID, stored.Status.VectorSpaceID)
 		}
-		if err := c.kube.Status().Patch(ctx, lane, client.MergeFrom(stored)); err != nil {
+		if err := statusapply.ApplyLanePlacementStatus(ctx, c.kube, req.NamespacedName, lane.Status); err != nil {
 			return reconcile.Result{}, err
 		}
 		c.mu.Lock()

@@ -17,6 +17,7 @@ limitations under the License.
 package placement_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -26,11 +27,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
 	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 )
 
 const build = v1.MacOSBuild("25B78")
@@ -387,9 +390,46 @@ var _ = Describe("Placement", func() {
 		Expect(writes.Load()).To(Equal(before), "not yet")
 		clk.Step(time.Millisecond)
 		lane = reconcileLane(lane)
-		Expect(writes.Load()).To(Equal(before+1))
+		Expect(writes.Load()).To(Equal(before + 1))
 		Expect(lane.Status.CompilingReplicas).To(BeEquivalentTo(1))
 		Expect(meta.FindStatusCondition(lane.Status.Conditions, v1.ConditionReady).Reason).To(Equal("Compiling"))
+	})
+
+	It("should write the lane's status without erasing the endpoints controller's ServiceReady, even from a cache that does not show it yet", func() {
+		id := newIdentity()
+		n := newNode()
+		lane := reconcileLane(newLane(id, 1))
+		serviceReady := metav1.Condition{Type: v1.LaneConditionServiceReady, Status: metav1.ConditionTrue, Reason: v1.LaneReasonServiceReady,
+			Message: "the Service is the controller's", LastTransitionTime: metav1.NewTime(clk.Now())}
+		Expect(statusapply.ApplyLaneCondition(ctx, kube, client.ObjectKeyFromObject(lane), statusapply.LaneEndpointsManager, serviceReady)).To(Succeed())
+
+		// A placement controller whose reads miss that write, as an informer a moment behind.
+		stale := placement.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if err := c.Get(ctx, key, obj, opts...); err != nil {
+					return err
+				}
+				if l, ok := obj.(*v1.CatalogLane); ok {
+					meta.RemoveStatusCondition(&l.Status.Conditions, v1.LaneConditionServiceReady)
+				}
+				return nil
+			},
+		}), recorder)
+		p := placements(lane)[n.Name]
+		p.Status.Phase, p.Status.ObservedGeneration = v1.PhaseReady, p.Generation
+		Expect(kube.Status().Update(ctx, &p)).To(Succeed())
+		for _, o := range []client.Object{n, id, &p} {
+			stale.Observe(o.DeepCopyObject().(client.Object))
+		}
+		clk.Step(placement.ProgressInterval)
+		before := writes.Load()
+		_, err := stale.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(writes.Load()).To(Equal(before+1), "the Ready replica is written")
+		got := &v1.CatalogLane{}
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), got)).To(Succeed())
+		Expect(meta.IsStatusConditionTrue(got.Status.Conditions, v1.ConditionReady)).To(BeTrue())
+		Expect(meta.FindStatusCondition(got.Status.Conditions, v1.LaneConditionServiceReady)).NotTo(BeNil(), "the endpoints controller's condition stays")
 	})
 
 	It("should write nothing on a resync with nothing to change", func() {
