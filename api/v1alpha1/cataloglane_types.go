@@ -243,9 +243,11 @@ type CatalogLaneStatus struct {
 	// +optional
 	FailedReplicas int32 `json:"failedReplicas,omitempty"`
 
-	// nodes lists the MacNodes the lane is placed on.
+	// nodes lists the MacNodes the lane is placed on. Atomic: the placement controller alone
+	// writes it, whole, so an apply replaces it even where an older writer (a merge patch
+	// before the controllers applied their parts) still owns some of its entries.
 	// +optional
-	// +listType=set
+	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MaxLength=253
 	Nodes []string `json:"nodes,omitempty"`

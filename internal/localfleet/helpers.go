@@ -64,19 +64,22 @@ func freePort() int {
 // configured --listen would be; otherwise a free port below the kernel's ephemeral range. An
 // ephemeral port would do until its listener stops: then any process's outgoing connection may
 // take it as its local port (the test packages beside this one open thousands), and the
-// restarted listener could not bind it.
-func stablePort(previous int) int {
+// restarted listener could not bind it. taken says which ports are already given to listeners that may not be bound at the moment
+// (a stopped Mac's), so no other is given them.
+func stablePort(previous int, taken func(int) bool) int {
 	if previous != 0 && portFree(previous) {
 		return previous
 	}
 	const lowest = 10000 // above the ports services commonly take
 	if ephemeral := ephemeralLow(); ephemeral > lowest+1000 {
 		for range 100 {
-			if p := lowest + rand.IntN(ephemeral-lowest); portFree(p) {
+			if p := lowest + rand.IntN(ephemeral-lowest); !taken(p) && portFree(p) {
 				return p
 			}
 		}
 	}
+	// No free port below the range (a machine whose range starts low): an ephemeral one, which
+	// serves until a restart finds it taken.
 	return freePort()
 }
 

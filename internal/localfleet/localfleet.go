@@ -132,7 +132,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		// Its port is outside the ephemeral range, so that it is still free when the API
 		// server restarts (RestartAPIServer).
 		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{CertDir: certs,
-			SecureServing: envtest.SecureServing{ListenAddr: envtest.ListenAddr{Address: "127.0.0.1", Port: strconv.Itoa(stablePort(0))}}}},
+			SecureServing: envtest.SecureServing{ListenAddr: envtest.ListenAddr{Address: "127.0.0.1", Port: strconv.Itoa(stablePort(0, func(int) bool { return false }))}}}},
 		ControlPlaneStopTimeout: 2 * time.Minute,
 	}
 	fmt.Fprintln(opts.Out, "starting etcd and kube-apiserver ...")
@@ -236,7 +236,14 @@ func (f *Fleet) StartMac(ctx context.Context, m Mac) error {
 	f.mu.Lock()
 	port := m.Port
 	if port == 0 {
-		port = stablePort(f.ports[m.Name])
+		port = stablePort(f.ports[m.Name], func(p int) bool {
+			for name, q := range f.ports {
+				if q == p && name != m.Name {
+					return true
+				}
+			}
+			return false
+		})
 	}
 	f.ports[m.Name] = port
 	f.mu.Unlock()

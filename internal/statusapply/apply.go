@@ -119,7 +119,8 @@ func ApplyAgentPlacementStatus(ctx context.Context, c client.Client, key types.N
 
 // Field managers of the CatalogLane's status writers: the placement controller owns what it
 // decides and counts (the replicas, nodes, vector space and the Placed, Ready and Progressing
-// conditions), the endpoints controller the ServiceReady condition. Each applies its own part,
+// conditions), the endpoints controller the ServiceReady condition (under
+// Manager(LaneEndpointsManager, type), a manager per type). Each applies its own part,
 // so neither a stale cache nor the other's write in between costs a conflict or erases the
 // other's condition (a merge patch of the conditions replaced the list whole).
 const (

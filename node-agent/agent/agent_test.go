@@ -217,8 +217,9 @@ func TestStatusWritesAreCoalescedAndOnlyWhenSomethingChanged(t *testing.T) {
 	}
 }
 
-// A status the API server refuses (here as invalid) is tried again once per StatusInterval,
-// however many passes the agent's state changes run meanwhile, and written when it is accepted.
+// A status the API server refuses (here as invalid) is tried again after StatusInterval, then
+// after a wait that doubles, however many passes the agent's state changes run meanwhile, and
+// written when it is accepted.
 func TestARefusedStatusWriteIsRetriedOncePerInterval(t *testing.T) {
 	p := testPlacement("gte")
 	a, clk, _ := newTestAgent(t, p)
@@ -251,8 +252,13 @@ func TestARefusedStatusWriteIsRetriedOncePerInterval(t *testing.T) {
 	if attempts.Load() != 4 {
 		t.Fatalf("%d attempts once the interval passed, want each object tried once more", attempts.Load()-2)
 	}
+	// Refused again: the next attempt waits twice as long (within a tenth).
+	clk.Step(1800 * time.Millisecond)
+	if a.statusPass(ctx, book); attempts.Load() != 4 {
+		t.Fatalf("%d attempts 1.8 s after a second refusal, want none before the doubled wait", attempts.Load()-4)
+	}
 	refusing.Store(false)
-	clk.Step(time.Second)
+	clk.Step(500 * time.Millisecond)
 	if n := a.statusPass(ctx, book); n != 2 {
 		t.Fatalf("accepted again, the pass wrote %d objects, want both", n)
 	}

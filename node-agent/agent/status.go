@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -62,45 +63,78 @@ func (a *Agent) writeStatus(ctx context.Context) error {
 type statusBook struct {
 	// wrote is when the object's status was last written.
 	wrote map[string]time.Time
-	// failed is when a write of the object last failed, while its writes fail.
-	failed map[string]time.Time
+	// failed is, while the object's writes fail, when the last one failed and how long the
+	// next waits.
+	failed map[string]failedWrite
 }
+
+type failedWrite struct {
+	at    time.Time
+	retry time.Duration
+}
+
+// StatusRetryCap bounds the wait between attempts of a status write that keeps failing: the
+// wait starts at StatusInterval and doubles (with a tenth of jitter) after each failure, so a
+// status the API server refuses (a fault to fix, not a load to repeat) costs a thousand Macs a
+// few requests a minute, not a thousand a second.
+const StatusRetryCap = time.Minute
 
 func newStatusBook() *statusBook {
-	return &statusBook{wrote: map[string]time.Time{}, failed: map[string]time.Time{}}
+	return &statusBook{wrote: map[string]time.Time{}, failed: map[string]failedWrite{}}
 }
 
-// due says whether the object may be written at now: StatusInterval after its last write and
-// after its last failed attempt.
+// due says whether the object may be written at now: StatusInterval after its last write, and
+// its retry wait after its last failed attempt.
 func (b *statusBook) due(key string, now time.Time, interval time.Duration) bool {
-	for _, at := range []map[string]time.Time{b.wrote, b.failed} {
-		if t, ok := at[key]; ok && now.Sub(t) < interval {
-			return false
-		}
+	if t, ok := b.wrote[key]; ok && now.Sub(t) < interval {
+		return false
+	}
+	if f, ok := b.failed[key]; ok && now.Sub(f.at) < f.retry {
+		return false
 	}
 	return true
 }
 
+// forget drops what the book holds of placements that are gone.
+func (b *statusBook) forget(keep map[string]bool) {
+	for k := range b.wrote {
+		if k != "node" && !keep[k] {
+			delete(b.wrote, k)
+		}
+	}
+	for k := range b.failed {
+		if k != "node" && !keep[k] {
+			delete(b.failed, k)
+		}
+	}
+}
+
 // record notes a write's outcome. The first failure of a run of them is logged as an error
 // (a status the API server refuses is a fault an operator must see, not a retry to hide), the
-// others at V(1), and the first success after them at once.
+// others at V(1), and the first write after them at once.
 func (a *Agent) record(book *statusBook, key string, now time.Time, wrote bool, err error, kv ...any) {
 	var notStarted *cache.ErrCacheNotStarted
 	if errors.As(err, &notStarted) {
 		return // the agent is starting: nothing was sent, and the next pass tries again
 	}
 	if err != nil {
-		if _, failing := book.failed[key]; failing {
+		f, failing := book.failed[key]
+		if failing {
 			a.cfg.Log.V(1).Info("writing a status failed again; will retry", append(kv, "error", err.Error())...)
+			f.retry = min(wait.Jitter(2*f.retry, 0.1), StatusRetryCap)
 		} else {
 			a.cfg.Log.Error(err, "writing a status failed; will retry", kv...)
+			f.retry = a.cfg.StatusInterval
 		}
-		book.failed[key] = now
+		f.at = now
+		book.failed[key] = f
 		return
 	}
 	if _, failing := book.failed[key]; failing {
 		delete(book.failed, key)
-		a.cfg.Log.Info("a status is written again", kv...)
+		if wrote {
+			a.cfg.Log.Info("a status is written again", kv...)
+		}
 	}
 	if wrote {
 		book.wrote[key] = now
@@ -121,7 +155,13 @@ func (a *Agent) statusPass(ctx context.Context, book *statusBook) int {
 			n++
 		}
 	}
-	for _, key := range a.placementKeys() {
+	keys := a.placementKeys()
+	keep := make(map[string]bool, len(keys))
+	for _, key := range keys {
+		keep[key.String()] = true
+	}
+	book.forget(keep)
+	for _, key := range keys {
 		if !book.due(key.String(), now, a.cfg.StatusInterval) {
 			continue
 		}

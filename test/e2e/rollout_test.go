@@ -17,6 +17,7 @@ limitations under the License.
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -90,9 +91,10 @@ var _ = Describe("Rollouts", func() {
 			finished = make(chan struct{})
 		)
 		count := func() int { mu.Lock(); defer mu.Unlock(); return len(answers) }
-		// However the spec ends, the client stops with it: a client left calling would run into
-		// the specs after this one.
-		stopClient := sync.OnceFunc(func() { close(stop); <-finished })
+		// However the spec ends, the client stops with it, a call in flight cancelled: a client
+		// left calling would run into the specs after this one.
+		callCtx, cancelCalls := context.WithCancel(ctx)
+		stopClient := sync.OnceFunc(func() { close(stop); cancelCalls(); <-finished })
 		DeferCleanup(stopClient)
 		params := openai.EmbeddingNewParams{Model: openai.EmbeddingModel(key(l)),
 			Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"a rollout must not mix spaces"}}}
@@ -117,10 +119,15 @@ var _ = Describe("Rollouts", func() {
 					continue
 				}
 				var resp *http.Response
-				_, err = openAI(nodes[i%len(nodes)], token).Embeddings.New(ctx, params, option.WithResponseInto(&resp))
+				_, err = openAI(nodes[i%len(nodes)], token).Embeddings.New(callCtx, params, option.WithResponseInto(&resp))
 				a := answer{err: err}
 				if err == nil {
 					a.space = resp.Header.Get("X-Synapse-Vector-Space")
+				}
+				select {
+				case <-stop:
+					return // cancelled with the client, not an answer of the rollout
+				default:
 				}
 				mu.Lock()
 				answers = append(answers, a)

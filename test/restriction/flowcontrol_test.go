@@ -19,6 +19,7 @@ package restriction
 import (
 	"net/http"
 	"sync"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 	"github.com/ck-synapse/synapse-fleet/node-agent/nodeidentity"
 )
 
@@ -77,15 +79,19 @@ var _ = Describe("API priority and fairness", func() {
 		cfg, err := env.ServiceAccountConfig(ctx, "synapse-system", "synapse-controller")
 		Expect(err).NotTo(HaveOccurred())
 		c, rec := classified(cfg)
-		var lanes v1.CatalogLaneList
-		Expect(c.List(ctx, &lanes)).To(Succeed())
-		Expect(rec.get()).To(Equal(flowSchemaUID("synapse-controller")))
+		want := flowSchemaUID("synapse-controller")
+		// The API server loads FlowSchemas from its own informer: a moment after they are made.
+		Eventually(func(g Gomega) {
+			var lanes v1.CatalogLaneList
+			g.Expect(c.List(ctx, &lanes)).To(Succeed())
+			g.Expect(rec.get()).To(Equal(want))
+		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 		fs := &flowcontrolv1.FlowSchema{}
 		Expect(admin.Get(ctx, client.ObjectKey{Name: "synapse-controller"}, fs)).To(Succeed())
 		Expect(fs.Spec.PriorityLevelConfiguration.Name).To(Equal("workload-high"))
 	})
 
-	It("should classify a Mac's Lease renewal as a heartbeat, at node-high, and its other writes not", func() {
+	It("should classify a Mac's Lease renewal as a heartbeat, at its own priority level, and its status writes not", func() {
 		w := newWorld(false)
 		joined, err := env.ServiceAccountConfig(ctx, "synapse-nodes", nodeidentity.ServiceAccountName(w.self))
 		Expect(err).NotTo(HaveOccurred())
@@ -93,12 +99,18 @@ var _ = Describe("API priority and fairness", func() {
 		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: w.self, Namespace: "synapse-node-lease"},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(w.self), RenewTime: ptr.To(metav1.NowMicro())}}
 		Expect(c.Create(ctx, lease)).To(Succeed())
-		lease.Spec.RenewTime = ptr.To(metav1.NowMicro())
-		Expect(c.Update(ctx, lease)).To(Succeed())
-		Expect(rec.get()).To(Equal(flowSchemaUID("synapse-node-leases")))
+		want := flowSchemaUID("synapse-node-leases")
+		Eventually(func(g Gomega) {
+			lease.Spec.RenewTime = ptr.To(metav1.NowMicro())
+			g.Expect(c.Update(ctx, lease)).To(Succeed())
+			g.Expect(rec.get()).To(Equal(want))
+		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		fs := &flowcontrolv1.FlowSchema{}
+		Expect(admin.Get(ctx, client.ObjectKey{Name: "synapse-node-leases"}, fs)).To(Succeed())
+		Expect(fs.Spec.PriorityLevelConfiguration.Name).To(Equal("synapse-node-heartbeats"))
 
-		n := &v1.MacNode{}
-		Expect(c.Get(ctx, client.ObjectKey{Name: w.self}, n)).To(Succeed())
-		Expect(rec.get()).NotTo(Equal(flowSchemaUID("synapse-node-leases")), "only the Lease is a heartbeat")
+		Expect(statusapply.ApplyAgentStatus(ctx, c, w.self, agentStatus())).To(Succeed())
+		Expect(rec.get()).NotTo(BeEmpty())
+		Expect(rec.get()).NotTo(Equal(want), "only the Lease is a heartbeat")
 	})
 })

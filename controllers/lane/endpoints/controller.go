@@ -251,8 +251,8 @@ func (c *Controller) setServiceCondition(ctx context.Context, lane *v1.CatalogLa
 		return nil
 	}
 	// Applied, its own type alone: the placement controller writes the lane's other conditions.
-	return statusapply.ApplyLaneCondition(ctx, c.kube, client.ObjectKeyFromObject(lane), statusapply.LaneEndpointsManager,
-		statusapply.Next(lane.Status.Conditions, cond))
+	return statusapply.ApplyLaneCondition(ctx, c.kube, client.ObjectKeyFromObject(lane),
+		statusapply.Manager(statusapply.LaneEndpointsManager, v1.LaneConditionServiceReady), statusapply.Next(lane.Status.Conditions, cond))
 }
 
 // endpoint is one node's address and its EndpointSlice conditions.

@@ -86,12 +86,24 @@ type Controller struct {
 	// switched is when each lane's switch to a new vector space was written (or, after a
 	// restart, first seen): its old placements drain until SwitchDrain after it.
 	switched map[types.NamespacedName]time.Time
+	// said is what this controller last wrote of each lane's vector space and observed
+	// generation, which it alone writes: a reconcile that reads the lane from a cache a moment
+	// behind that write goes on from what was written, never applies the older values back
+	// (a space switched back while the old placements drain would mix spaces).
+	said map[types.NamespacedName]saidStatus
+}
+
+// saidStatus is what the controller last wrote of one lane (of its incarnation uid).
+type saidStatus struct {
+	uid        types.UID
+	space      string
+	generation int64
 }
 
 // NewController returns the placement controller.
 func NewController(clk clock.PassiveClock, kube client.Client, recorder events.EventRecorder) *Controller {
 	return &Controller{clk: clk, kube: kube, recorder: recorder, fleet: newFleet(clk), wrote: map[types.NamespacedName]time.Time{},
-		switched: map[types.NamespacedName]time.Time{}}
+		switched: map[types.NamespacedName]time.Time{}, said: map[types.NamespacedName]saidStatus{}}
 }
 
 // Name of the controller.
@@ -127,6 +139,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			c.mu.Lock()
 			delete(c.wrote, req.NamespacedName)
 			delete(c.switched, req.NamespacedName)
+			delete(c.said, req.NamespacedName)
 			c.mu.Unlock()
 			metrics.UnplaceableLanes.DeletePartialMatch(map[string]string{"namespace": req.Namespace, "lane": req.Name})
 		}
@@ -135,6 +148,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !lane.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil // the placements go with their owner
 	}
+	c.mu.Lock()
+	if said, ok := c.said[req.NamespacedName]; ok && said.uid == lane.UID {
+		lane.Status.VectorSpaceID = said.space
+		lane.Status.ObservedGeneration = max(lane.Status.ObservedGeneration, said.generation)
+	}
+	c.mu.Unlock()
 	stored := lane.DeepCopy()
 
 	identity := &v1.CertifiedIdentity{}
@@ -197,6 +216,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		c.mu.Lock()
 		c.wrote[req.NamespacedName] = c.clk.Now()
+		c.said[req.NamespacedName] = saidStatus{uid: lane.UID, space: lane.Status.VectorSpaceID, generation: lane.Status.ObservedGeneration}
 		if pl.switched {
 			c.switched[req.NamespacedName] = c.clk.Now()
 		}

@@ -401,7 +401,8 @@ var _ = Describe("Placement", func() {
 		lane := reconcileLane(newLane(id, 1))
 		serviceReady := metav1.Condition{Type: v1.LaneConditionServiceReady, Status: metav1.ConditionTrue, Reason: v1.LaneReasonServiceReady,
 			Message: "the Service is the controller's", LastTransitionTime: metav1.NewTime(clk.Now())}
-		Expect(statusapply.ApplyLaneCondition(ctx, kube, client.ObjectKeyFromObject(lane), statusapply.LaneEndpointsManager, serviceReady)).To(Succeed())
+		Expect(statusapply.ApplyLaneCondition(ctx, kube, client.ObjectKeyFromObject(lane),
+			statusapply.Manager(statusapply.LaneEndpointsManager, v1.LaneConditionServiceReady), serviceReady)).To(Succeed())
 
 		// A placement controller whose reads miss that write, as an informer a moment behind.
 		stale := placement.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
@@ -430,6 +431,23 @@ var _ = Describe("Placement", func() {
 		Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), got)).To(Succeed())
 		Expect(meta.IsStatusConditionTrue(got.Status.Conditions, v1.ConditionReady)).To(BeTrue())
 		Expect(meta.FindStatusCondition(got.Status.Conditions, v1.LaneConditionServiceReady)).NotTo(BeNil(), "the endpoints controller's condition stays")
+	})
+
+	It("should replace a lane's status written by merge patch under another manager, as before an upgrade, nothing of it kept", func() {
+		id := newIdentity()
+		n := newNode()
+		lane := newLane(id, 1)
+		// The status as an older controller wrote it, by merge patch: two nodes, one of them gone.
+		stored := lane.DeepCopy()
+		lane.Status.Nodes, lane.Status.Replicas, lane.Status.ReadyReplicas = []string{"mac-gone", n.Name}, 2, 2
+		Expect(kube.Status().Patch(ctx, lane, client.MergeFrom(stored), client.FieldOwner("synapse-controller"))).To(Succeed())
+		lane = reconcileLane(lane)
+		Expect(lane.Status.Nodes).To(Equal([]string{n.Name}))
+		Expect(lane.Status.Replicas).To(BeEquivalentTo(1))
+		Expect(lane.Status.ReadyReplicas).To(BeZero())
+		before := writes.Load()
+		reconcileLane(lane)
+		Expect(writes.Load()).To(Equal(before), "a resync with nothing to change writes nothing")
 	})
 
 	It("should write nothing on a resync with nothing to change", func() {

@@ -298,6 +298,25 @@ var _ = Describe("Lane edits", func() {
 			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonRolloutComplete))
 		})
 
+		It("should never write the old space back from a cache that has not seen the switch yet", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			lane, _ := switchedToV2(id)
+			generation := lane.Status.ObservedGeneration
+			// Reads show the lane as it was before the switch: old space, older generation.
+			staleLane = func(l *v1.CatalogLane) { l.Status.VectorSpaceID, l.Status.ObservedGeneration = "gte", generation-1 }
+			for range 3 {
+				clk.Step(placement.ProgressInterval)
+				reconcileLane(lane)
+			}
+			staleLane = nil
+			got := &v1.CatalogLane{}
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), got)).To(Succeed())
+			Expect(got.Status.VectorSpaceID).To(Equal("gte-v2"))
+			Expect(got.Status.ObservedGeneration).To(BeNumerically(">=", generation))
+		})
+
 		It("should not retire the new space's placements when the lane is edited again within that space during the drain", func() {
 			id := newIdentity()
 			newNode()

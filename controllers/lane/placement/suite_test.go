@@ -26,7 +26,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
 	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
@@ -48,5 +50,20 @@ func TestPlacement(t *testing.T) { testenv.RunSpecs(t, "Lane placement") }
 var _ = BeforeEach(func() {
 	clk = clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	recorder = events.NewFakeRecorder(100)
-	controller = placement.NewController(clk, kube, recorder)
+	staleLane = nil
+	controller = placement.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			if l, ok := obj.(*v1.CatalogLane); ok && staleLane != nil {
+				staleLane(l)
+			}
+			return nil
+		},
+	}), recorder)
 })
+
+// staleLane, when set, changes every lane the controller reads, as a cache a moment behind
+// the API server would show it.
+var staleLane func(*v1.CatalogLane)
