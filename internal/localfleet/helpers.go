@@ -64,8 +64,8 @@ func freePort() int {
 // configured --listen would be; otherwise a free port below the kernel's ephemeral range. An
 // ephemeral port would do until its listener stops: then any process's outgoing connection may
 // take it as its local port (the test packages beside this one open thousands), and the
-// restarted listener could not bind it. taken says which ports are already given to listeners that may not be bound at the moment
-// (a stopped Mac's), so no other is given them.
+// restarted listener could not bind it. taken says which ports are already given to listeners
+// that may not be bound at the moment (a stopped Mac's), so no other is given them.
 func stablePort(previous int, taken func(int) bool) int {
 	if previous != 0 && portFree(previous) {
 		return previous

@@ -15,13 +15,13 @@ limitations under the License.
 */
 
 // Package statusapply writes the status of MacNodes, LanePlacements and CatalogLanes by
-// server-side apply,
-// so that each fact has one writer and no writer erases another's. A MacNode's conditions are
-// written by three: the node's agent (AgentReady, ANEAvailable, TempSpaceLow, Paused, and the
-// rest of the status), the node lifecycle controller (Ready, from the Lease, and EvictionHeld)
-// and the endpoints controller (AddressAllowed); a LanePlacement's by the agent (its phase,
-// shapes and most conditions), the lifecycle controller (NodeReady) and the endpoints
-// controller (Drained). A merge patch replaces a list whole, so a writer that patched the
+// server-side apply, so that each fact has one writer and no writer erases another's. A
+// MacNode's conditions are written by three: the node's agent (AgentReady, ANEAvailable,
+// TempSpaceLow, Paused, and the rest of the status), the node lifecycle controller (Ready, from
+// the Lease, and EvictionHeld) and the endpoints controller (AddressAllowed); a
+// LanePlacement's by the agent (its phase, shapes and most conditions), the lifecycle
+// controller (NodeReady) and the endpoints controller (Drained); a CatalogLane's by the
+// placement controller and the endpoints controller (ServiceReady). A merge patch replaces a list whole, so a writer that patched the
 // conditions from a stale copy erased or reverted the others' (the agent's Ready=True and the
 // controller's Unknown overwrote each other on every pass).
 //

@@ -220,7 +220,7 @@ func TestStatusWritesAreCoalescedAndOnlyWhenSomethingChanged(t *testing.T) {
 // A status the API server refuses (here as invalid) is tried again after StatusInterval, then
 // after a wait that doubles, however many passes the agent's state changes run meanwhile, and
 // written when it is accepted.
-func TestARefusedStatusWriteIsRetriedOncePerInterval(t *testing.T) {
+func TestARefusedStatusWriteIsRetriedAfterAGrowingWait(t *testing.T) {
 	p := testPlacement("gte")
 	a, clk, _ := newTestAgent(t, p)
 	loadReady(t, a, p)

@@ -40,9 +40,9 @@ import (
 // writeStatus writes the placements' and the node's status when they change: passes run on
 // every state change and every StatusInterval, and one object is written at most once per
 // StatusInterval, so a burst of changes is coalesced into one write. A write that fails (the
-// API server is away, or refuses it) is retried no sooner than StatusInterval later, however
-// often the state changes meanwhile: status catches up when the API server returns, and a write
-// it refuses costs one request per interval, not one per pass.
+// API server is away, or refuses it) is retried after StatusInterval, then after a wait that
+// doubles (statusBook), however often the state changes meanwhile: status catches up when the
+// API server returns, and a write it refuses costs a request a minute at most, not one a pass.
 func (a *Agent) writeStatus(ctx context.Context) error {
 	ticker := a.cfg.Clock.NewTicker(a.cfg.StatusInterval)
 	defer ticker.Stop()
