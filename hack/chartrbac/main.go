@@ -15,9 +15,10 @@ limitations under the License.
 */
 
 // Command chartrbac fails when the chart, as `helm template` renders it (read from a file or
-// stdin), grants other rights than config/default: the local fleet, `make dev` and the e2e
-// suite run the controller and the Macs under config/default's RBAC, so this is what makes
-// that the chart's RBAC too. `make helm-lint`, run by CI, runs it.
+// stdin), grants other rights than config/default, or classifies requests for API Priority
+// and Fairness otherwise: the local fleet, `make dev` and the e2e suite run the controller and
+// the Macs under config/default's RBAC and FlowSchemas, so this is what makes them the
+// chart's too. `make helm-lint`, run by CI, runs it.
 package main
 
 import (
@@ -25,7 +26,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
+	"github.com/ck-synapse/synapse-fleet/internal/flowclasses"
 	"github.com/ck-synapse/synapse-fleet/internal/manifests"
 	"github.com/ck-synapse/synapse-fleet/internal/rbacgrants"
 )
@@ -74,5 +77,20 @@ func run(config, rendered string) error {
 		return fmt.Errorf("the chart and %s grant different rights (%d and %d apart)", config, len(onlyChart), len(onlyConfig))
 	}
 	fmt.Printf("the chart grants what %s grants: %d rights\n", config, len(fromChart))
+
+	// The chart renders the FlowSchemas by hand (its ServiceAccount is the release's): they
+	// must classify requests as config/default's do.
+	classesChart, err := flowclasses.Of(chart)
+	if err != nil {
+		return fmt.Errorf("the chart: %w", err)
+	}
+	classesConfig, err := flowclasses.Of(kust)
+	if err != nil {
+		return fmt.Errorf("%s: %w", config, err)
+	}
+	if !slices.Equal(classesChart, classesConfig) {
+		return fmt.Errorf("the chart's FlowSchemas classify requests otherwise than %s's:\nchart:  %v\nconfig: %v", config, classesChart, classesConfig)
+	}
+	fmt.Printf("the chart's FlowSchemas classify as %s's: %d schemas\n", config, len(classesChart))
 	return nil
 }
