@@ -210,14 +210,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	// counts from now (a restart delays it, never hastens it).
 	if cond := meta.FindStatusCondition(node.Status.Conditions, v1.ConditionReady); !changed && cond != nil && cond.Status != metav1.ConditionTrue {
 		metrics.NodeReady.WithLabelValues(node.Name).Set(0)
-		if err := c.releaseDeleted(ctx, node.Name); err != nil {
-			return reconcile.Result{}, err
-		}
-		evictAt := renewed.Add(c.grace + c.eviction)
-		if now.Before(evictAt) {
-			return reconcile.Result{RequeueAfter: evictAt.Sub(now)}, nil
-		}
-		return c.evictWithBrake(ctx, node, now)
+		return c.releaseAndEvict(ctx, node, renewed, now)
 	}
 	if now.Before(expiresAt) {
 		metrics.NodeReady.WithLabelValues(node.Name).Set(1)
@@ -257,12 +250,17 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		node.Name, renewed.UTC().Format(time.RFC3339))); err != nil {
 		return reconcile.Result{}, err
 	}
-	// Placements already being deleted here will not be retired by an agent that is gone;
-	// releasing them re-places nothing, so neither the timeout nor the brake applies.
+	return c.releaseAndEvict(ctx, node, renewed, now)
+}
+
+// releaseAndEvict is what becomes of a node that is not Ready: placements already being
+// deleted there will not be retired by an agent that is gone, and releasing them re-places
+// nothing, so neither the timeout nor the brake applies to them; the others are evicted once
+// the eviction timeout has passed since the renewal last seen, within the brake.
+func (c *Controller) releaseAndEvict(ctx context.Context, node *v1.MacNode, renewed, now time.Time) (reconcile.Result, error) {
 	if err := c.releaseDeleted(ctx, node.Name); err != nil {
 		return reconcile.Result{}, err
 	}
-
 	evictAt := renewed.Add(c.grace + c.eviction)
 	if now.Before(evictAt) {
 		return reconcile.Result{RequeueAfter: evictAt.Sub(now)}, nil
