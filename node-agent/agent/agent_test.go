@@ -267,6 +267,36 @@ func TestARefusedStatusWriteIsRetriedAfterAGrowingWait(t *testing.T) {
 	}
 }
 
+// A placement that leaves the node leaves the status writer's book too: a churn of placements
+// does not grow it, and a gone placement's failed write is not retried.
+func TestTheStatusBookForgetsPlacementsThatAreGone(t *testing.T) {
+	p := testPlacement("gte")
+	a, clk, _ := newTestAgent(t, p)
+	loadReady(t, a, p)
+	ctx := context.Background()
+	book := newStatusBook()
+	a.statusPass(ctx, book)
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}.String()
+	book.failed[key] = failedWrite{at: clk.Now(), retry: time.Minute}
+	if _, ok := book.wrote[key]; !ok {
+		t.Fatalf("the placement's write is not in the book: %v", book.wrote)
+	}
+	a.mu.Lock()
+	delete(a.lanes, types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
+	a.mu.Unlock()
+	clk.Step(time.Second)
+	a.statusPass(ctx, book)
+	if _, ok := book.wrote[key]; ok {
+		t.Errorf("the gone placement's last write is still in the book")
+	}
+	if _, ok := book.failed[key]; ok {
+		t.Errorf("the gone placement's failed write is still in the book")
+	}
+	if _, ok := book.wrote["node"]; !ok {
+		t.Errorf("the node's entry was forgotten with the placement")
+	}
+}
+
 func TestPlacementStatusSaysWhyALaneIsNotReady(t *testing.T) {
 	p := testPlacement("gte")
 	a, _, _ := newTestAgent(t, p)
