@@ -120,7 +120,8 @@ func ApplyAgentPlacementStatus(ctx context.Context, c client.Client, key types.N
 // Field managers of the CatalogLane's status writers: the placement controller owns what it
 // decides and counts (the replicas, nodes, vector space and the Placed, Ready and Progressing
 // conditions), the endpoints controller the ServiceReady condition (under
-// Manager(LaneEndpointsManager, type), a manager per type). Each applies its own part,
+// Manager(LaneEndpointsManager, type), a manager per type) and endpointsVectorSpaceID (under
+// LaneEndpointsManager). Each applies its own part,
 // so neither a stale cache nor the other's write in between costs a conflict or erases the
 // other's condition (a merge patch of the conditions replaced the list whole).
 const (
@@ -154,6 +155,13 @@ func ApplyLaneCondition(ctx context.Context, c client.Client, key types.Namespac
 	return apply(ctx, c, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, "CatalogLane", manager, struct {
 		Conditions []metav1.Condition `json:"conditions"`
 	}{Conditions: []metav1.Condition{cond}})
+}
+
+// ApplyLaneEndpointsSpace writes the vector space the lane's EndpointSlices were just written
+// for, under LaneEndpointsManager: the endpoints controller's alone, said even when empty.
+func ApplyLaneEndpointsSpace(ctx context.Context, c client.Client, key types.NamespacedName, space string) error {
+	return apply(ctx, c, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, "CatalogLane", LaneEndpointsManager,
+		map[string]any{"endpointsVectorSpaceID": space})
 }
 
 // only is the conditions of the given types.

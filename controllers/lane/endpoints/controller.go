@@ -171,12 +171,31 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := c.slices(ctx, lane, nil); err != nil {
 			return reconcile.Result{}, err
 		}
+		if err := c.followedSpace(ctx, lane); err != nil {
+			return reconcile.Result{}, err
+		}
 		return reconcile.Result{}, c.setServiceCondition(ctx, lane, err)
 	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := c.followedSpace(ctx, lane); err != nil {
+		return reconcile.Result{}, err
+	}
 	return reconcile.Result{}, c.setServiceCondition(ctx, lane, nil)
+}
+
+// followedSpace records, once the lane's EndpointSlices are written, the vector space they were
+// written for: a blue/green rollout's old placements drain from then, not from the switch of
+// the lane's space, which this controller may follow seconds later under load.
+func (c *Controller) followedSpace(ctx context.Context, lane *v1.CatalogLane) error {
+	if lane.Status.EndpointsVectorSpaceID == lane.Status.VectorSpaceID {
+		return nil
+	}
+	if err := statusapply.ApplyLaneEndpointsSpace(ctx, c.kube, client.ObjectKeyFromObject(lane), lane.Status.VectorSpaceID); err != nil {
+		return fmt.Errorf("recording the vector space of lane %s's endpoints: %w", client.ObjectKeyFromObject(lane), err)
+	}
+	return nil
 }
 
 // service creates or updates the lane's Service. A Service of that name this controller did

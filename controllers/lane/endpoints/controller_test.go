@@ -18,6 +18,7 @@ package endpoints_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -93,6 +94,14 @@ func serviceCondition(lane *v1.CatalogLane) *metav1.Condition {
 	got := &v1.CatalogLane{}
 	Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), got)).To(Succeed())
 	return meta.FindStatusCondition(got.Status.Conditions, v1.LaneConditionServiceReady)
+}
+
+// endpointsSpace is the vector space the lane's status says its EndpointSlices were written for.
+func endpointsSpace(lane *v1.CatalogLane) string {
+	GinkgoHelper()
+	got := &v1.CatalogLane{}
+	Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), got)).To(Succeed())
+	return got.Status.EndpointsVectorSpaceID
 }
 
 // laneOf creates a one-rung embed lane of replicas.
@@ -266,6 +275,39 @@ var _ = Describe("Endpoints", func() {
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.42"}}))
 		Expect(kube.Get(ctx, client.ObjectKeyFromObject(slice), slice)).To(Succeed())
 		Expect(slice.Generation).To(Equal(before+1), "the switch is one update of the slice")
+		Expect(endpointsSpace(lane)).To(Equal("gte-v2"), "the lane says its slices follow the switch: its old placements may drain")
+	})
+
+	It("should say its EndpointSlices follow a switch of the lane's vector space only once they are written", func() {
+		lane := laneOf(1)
+		readyInSpace(lane, node("192.0.2.45", 8080), "gte-v1")
+		readyInSpace(lane, node("192.0.2.46", 8080), "gte-v2")
+		switchSpace(kube, lane, "gte-v1")
+		Expect(endpointsSpace(lane)).To(Equal("gte-v1"))
+
+		// The slice's update fails (the API server busy, a webhook down): the old placements
+		// may still be listed, so the lane must not say the slices follow.
+		refused := errors.New("the API server is busy")
+		failing := interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+			Patch: func(ctx context.Context, c client.WithWatch, o client.Object, p client.Patch, opts ...client.PatchOption) error {
+				if _, ok := o.(*discoveryv1.EndpointSlice); ok {
+					return refused
+				}
+				return c.Patch(ctx, o, p, opts...)
+			},
+		})
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), lane)).To(Succeed())
+		lane.Status.VectorSpaceID = "gte-v2"
+		Expect(kube.Status().Update(ctx, lane)).To(Succeed())
+		_, err := endpoints.NewController(clk, failing, policy).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		Expect(err).To(MatchError(refused))
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.45"}}))
+		Expect(endpointsSpace(lane)).To(Equal("gte-v1"), "the slices still list the old space")
+
+		_, err = newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.46"}}))
+		Expect(endpointsSpace(lane)).To(Equal("gte-v2"))
 	})
 
 	It("should never list two vector spaces at once when the spaces serve on different ports: the old space's slice goes before the new one's is written", func() {

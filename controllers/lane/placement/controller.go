@@ -83,9 +83,9 @@ type Controller struct {
 	mu sync.Mutex
 	// wrote is when each lane's status was last written.
 	wrote map[types.NamespacedName]time.Time
-	// switched is when each lane's switch to a new vector space was written (or, after a
-	// restart, first seen): its old placements drain until SwitchDrain after it.
-	switched map[types.NamespacedName]time.Time
+	// followed is when this controller first saw each lane's EndpointSlices follow its switch
+	// to a new vector space: its old placements drain until SwitchDrain after it.
+	followed map[types.NamespacedName]time.Time
 	// said is what this controller last wrote of each lane's vector space and observed
 	// generation, which it alone writes: a reconcile that reads the lane from a cache a moment
 	// behind that write goes on from what was written, never applies the older values back
@@ -103,7 +103,7 @@ type saidStatus struct {
 // NewController returns the placement controller.
 func NewController(clk clock.PassiveClock, kube client.Client, recorder events.EventRecorder) *Controller {
 	return &Controller{clk: clk, kube: kube, recorder: recorder, fleet: newFleet(clk), wrote: map[types.NamespacedName]time.Time{},
-		switched: map[types.NamespacedName]time.Time{}, said: map[types.NamespacedName]saidStatus{}}
+		followed: map[types.NamespacedName]time.Time{}, said: map[types.NamespacedName]saidStatus{}}
 }
 
 // Name of the controller.
@@ -138,7 +138,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			c.fleet.forgetLane(req.NamespacedName)
 			c.mu.Lock()
 			delete(c.wrote, req.NamespacedName)
-			delete(c.switched, req.NamespacedName)
+			delete(c.followed, req.NamespacedName)
 			delete(c.said, req.NamespacedName)
 			c.mu.Unlock()
 			metrics.UnplaceableLanes.DeletePartialMatch(map[string]string{"namespace": req.Namespace, "lane": req.Name})
@@ -183,10 +183,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		metrics.UnplaceableLanes.WithLabelValues(lane.Namespace, lane.Name, pl.reason).Set(1)
 	}
 	var res reconcile.Result
-	if pl.switched {
-		// The old placements retire once the switch is written and has drained.
-		res.RequeueAfter = SwitchDrain
-	}
+	// After a switch, the endpoints controller's write of the lane's status brings the lane
+	// back; the drain then has its own wait.
 	if pl.drainWait > 0 {
 		res.RequeueAfter = pl.drainWait
 	}
@@ -217,32 +215,28 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.mu.Lock()
 		c.wrote[req.NamespacedName] = c.clk.Now()
 		c.said[req.NamespacedName] = saidStatus{uid: lane.UID, space: lane.Status.VectorSpaceID, generation: lane.Status.ObservedGeneration}
-		if pl.switched {
-			c.switched[req.NamespacedName] = c.clk.Now()
-		}
 		c.mu.Unlock()
 	}
 	return res, nil
 }
 
 // SwitchDrain is how long the placements of a lane's old vector space keep answering after the
-// lane switched to the new one, before they retire: the lane's EndpointSlice lists only the new
-// once the endpoints controller has followed the switch, but a client (kube-proxy, a mesh, a
-// client-side balancer) acts on the slice it last saw for a moment longer, and a call it sends
-// to an old placement then is answered in the old space, as it was sent, rather than refused
-// lane_retired. It plays the part a Pod's termination grace and preStop delay play for a
-// Deployment's rollout.
+// lane's EndpointSlices list only the new one (status.endpointsVectorSpaceID): a client
+// (kube-proxy, a mesh, a client-side balancer) acts on the slice it last saw for a moment
+// longer, and a call it sends to an old placement then is answered in the old space, as it was
+// sent, rather than refused lane_retired. It plays the part a Pod's termination grace and
+// preStop delay play for a Deployment's rollout.
 const SwitchDrain = 5 * time.Second
 
-// switchedAt is when the lane's switch to its vector space was written; a switch this
-// controller did not write (it restarted since) drains from now.
-func (c *Controller) switchedAt(lane types.NamespacedName) time.Time {
+// followedAt is when this controller first saw the lane's EndpointSlices follow its switch; a
+// controller that restarted since drains from now.
+func (c *Controller) followedAt(lane types.NamespacedName) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at, ok := c.switched[lane]
+	at, ok := c.followed[lane]
 	if !ok {
 		at = c.clk.Now()
-		c.switched[lane] = at
+		c.followed[lane] = at
 	}
 	return at
 }
@@ -251,7 +245,7 @@ func (c *Controller) switchedAt(lane types.NamespacedName) time.Time {
 func (c *Controller) drained(lane types.NamespacedName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.switched, lane)
+	delete(c.followed, lane)
 }
 
 // MissedNodeRetry is how soon a lane found short is placed again when a node that may fit
@@ -637,8 +631,15 @@ func progress(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, pl *plan) (m
 	if pl.unplaceable != "" && len(pl.current) < pl.newTarget {
 		return metav1.ConditionFalse, v1.LaneReasonNewPlacementsUnplaceable, pl.unplaceable + fmt.Sprintf("; the placements of the old spec keep answering in vector space %s", pl.space)
 	}
-	return metav1.ConditionTrue, pl.strategy, fmt.Sprintf("%d of %d placements of identity %s made, %d ready, %d of the old spec left; answering in vector space %s",
+	msg := fmt.Sprintf("%d of %d placements of identity %s made, %d ready, %d of the old spec left; answering in vector space %s",
 		len(pl.current), want, identity.Name, readyNew, len(pl.oldLive()), pl.space)
+	switch {
+	case pl.awaitingEndpoints:
+		msg += "; the old retire once the lane's EndpointSlices list that space alone (status.endpointsVectorSpaceID, the endpoints controller's)"
+	case pl.drainWait > 0:
+		msg += fmt.Sprintf("; the old drain for %s after the lane's EndpointSlices left them, then retire", SwitchDrain)
+	}
+	return metav1.ConditionTrue, pl.strategy, msg
 }
 
 // setCondition sets a condition, keeping its transition time unless its status changes.

@@ -61,10 +61,12 @@ type plan struct {
 	strategy string
 	// newTarget is how many current placements the rollout allows now.
 	newTarget int
-	// switched: this reconcile switched the lane to the new vector space; the old placements
-	// retire once that is written and SwitchDrain has passed (drainWait is what is left).
-	switched  bool
-	drainWait time.Duration
+	// switched: this reconcile switched the lane to the new vector space. The old placements
+	// retire once the lane's EndpointSlices list the new space alone (awaitingEndpoints until
+	// then) and SwitchDrain has passed since (drainWait is what is left).
+	switched          bool
+	awaitingEndpoints bool
+	drainWait         time.Duration
 	// editsPending: a placement has not been written the lane's latest in-place fields yet, or
 	// its agent has not reported its latest generation.
 	editsPending bool
@@ -273,14 +275,20 @@ func (c *Controller) roll(ctx context.Context, lane *v1.CatalogLane, identity *v
 	}
 
 	if blueGreen {
-		// After the switch: the old are no endpoints any more (the endpoints controller follows
-		// the lane's status). They retire once the switch is written and has drained.
+		// After the switch: the old leave the endpoints once the endpoints controller has
+		// followed the lane's status (it says so in endpointsVectorSpaceID). They retire only
+		// then, and once they have drained: however long the endpoints controller takes, no
+		// client is sent by a slice to a placement that is gone.
 		pl.newTarget = want
 		if lane.Status.VectorSpaceID != newSpace {
 			return nil
 		}
+		if lane.Status.EndpointsVectorSpaceID != newSpace {
+			pl.awaitingEndpoints = true
+			return nil
+		}
 		key := client.ObjectKeyFromObject(lane)
-		if wait := SwitchDrain - c.clk.Since(c.switchedAt(key)); wait > 0 {
+		if wait := SwitchDrain - c.clk.Since(c.followedAt(key)); wait > 0 {
 			pl.drainWait = wait
 			return nil
 		}

@@ -29,6 +29,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 )
 
 // sibling creates another identity of the same worker and model (a new revision), in the
@@ -46,8 +47,8 @@ func sibling(of *v1.CertifiedIdentity, space string) *v1.CertifiedIdentity {
 }
 
 // switchedToV2 places a one-replica lane of id, moves it to a sibling identity in vector space
-// gte-v2, has the new placement report Ready and reconciles once more: the lane has switched
-// and the old placement drains.
+// gte-v2, has the new placement report Ready and reconciles once more (the lane switches), has
+// the endpoints controller follow and reconciles again: the old placement drains.
 func switchedToV2(id *v1.CertifiedIdentity) (*v1.CatalogLane, *v1.CertifiedIdentity) {
 	GinkgoHelper()
 	lane := reconcileLane(newLane(id, 1))
@@ -63,7 +64,17 @@ func switchedToV2(id *v1.CertifiedIdentity) (*v1.CatalogLane, *v1.CertifiedIdent
 	}
 	lane = reconcileLane(lane)
 	Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
-	return lane, next
+	endpointsFollow(lane)
+	return reconcileLane(lane), next
+}
+
+// endpointsFollow has the endpoints controller say what it says once the lane's EndpointSlices
+// are written for the lane's vector space.
+func endpointsFollow(l *v1.CatalogLane) {
+	GinkgoHelper()
+	got := &v1.CatalogLane{}
+	Expect(kube.Get(ctx, client.ObjectKeyFromObject(l), got)).To(Succeed())
+	Expect(statusapply.ApplyLaneEndpointsSpace(ctx, kube, client.ObjectKeyFromObject(l), got.Status.VectorSpaceID)).To(Succeed())
 }
 
 // report has the placement's agent report a phase for the placement's latest generation.
@@ -280,12 +291,23 @@ var _ = Describe("Lane edits", func() {
 			lane = reconcileLane(lane)
 			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"), "switched in one write")
 			Expect(placements(lane)).To(HaveLen(2), "the old retire only once the switch is written")
-			// The old keep answering clients that act on the slice they saw before the switch,
-			// for SwitchDrain after it, on the controller's clock.
-			lane = reconcileLane(lane)
+			// However long the endpoints controller takes to follow, the old stay: the slices
+			// may still send clients to them.
+			for range 4 {
+				clk.Step(placement.SwitchDrain)
+				lane = reconcileLane(lane)
+			}
+			Expect(placements(lane)).To(HaveLen(2), "the old stay while the lane's EndpointSlices may list them")
+			Expect(condition(lane, v1.LaneConditionProgressing).Message).To(ContainSubstring("status.endpointsVectorSpaceID"))
+			// Once the slices list the new space alone, the old keep answering clients that act
+			// on the slice they saw before, for SwitchDrain, on the controller's clock.
+			endpointsFollow(lane)
+			res, err := controller.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.RequeueAfter).To(Equal(placement.SwitchDrain), "the lane comes back when the drain ends")
 			Expect(placements(lane)).To(HaveLen(2), "the old drain before they retire")
 			clk.Step(placement.SwitchDrain - time.Millisecond)
-			res, err := controller.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			res, err = controller.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(res.RequeueAfter).To(Equal(time.Millisecond), "the lane comes back when the drain ends")
 			Expect(placements(lane)).To(HaveLen(2), "the old drain until SwitchDrain has passed")
