@@ -111,9 +111,11 @@ simulate: ## Drive the residency core through SEEDS seeded schedules (or for DUR
 FUZZTIME ?= 10m
 
 .PHONY: fuzz
-fuzz: ## Fuzz the frame decoder, the worker's message handling, the manifest parser, the archive unpacker, the MIL validator and the embeddings and rerank requests (the real handler over a real sim worker), FUZZTIME each.
+fuzz: ## Fuzz the frame decoder, the worker's message handling, the host's Execute framing, the manifest parser, the archive unpacker, the MIL validator and the embeddings and rerank requests (the real handler over a real sim worker), FUZZTIME each.
 	go test -run '^$$' -fuzz FuzzReadFrame -fuzztime $(FUZZTIME) ./node-agent/protocol
 	go test -run '^$$' -fuzz FuzzWorkerServe -fuzztime $(FUZZTIME) ./node-agent/worker
+	go test -run '^$$' -fuzz FuzzExecuteFrame -fuzztime $(FUZZTIME) ./node-agent/workerhost
+	go test -run '^$$' -fuzz FuzzExecuteReply -fuzztime $(FUZZTIME) ./node-agent/workerhost
 	go test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./node-agent/artifact
 	go test -run '^$$' -fuzz FuzzUnpack -fuzztime $(FUZZTIME) ./node-agent/artifact
 	go test -run '^$$' -fuzz FuzzValidate -fuzztime $(FUZZTIME) ./node-agent/mil

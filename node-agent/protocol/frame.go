@@ -56,29 +56,39 @@ func NewReader(r io.Reader, maxFrame int) *Reader {
 
 // Read reads one frame into m. At a clean end of stream between frames it returns io.EOF.
 func (r *Reader) Read(m proto.Message) error {
+	b, err := r.ReadFrame()
+	if err != nil {
+		return err
+	}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return nil
+}
+
+// ReadFrame reads one frame's bytes, undecoded: they are the Reader's and valid only until its
+// next read. At a clean end of stream between frames it returns io.EOF.
+func (r *Reader) ReadFrame() ([]byte, error) {
 	n, err := binary.ReadUvarint(r.r)
 	switch {
 	case errors.Is(err, io.EOF):
-		return io.EOF
+		return nil, io.EOF
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return ErrTruncated
+		return nil, ErrTruncated
 	case err != nil:
-		return fmt.Errorf("%w: length prefix: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: length prefix: %v", ErrMalformed, err)
 	}
 	if n > uint64(r.max) {
-		return fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, r.max)
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, r.max)
 	}
 	if cap(r.buf) < int(n) {
 		r.buf = make([]byte, n)
 	}
 	b := r.buf[:n]
 	if _, err := io.ReadFull(r.r, b); err != nil {
-		return fmt.Errorf("%w: %d of %d bytes", ErrTruncated, len(b), n)
+		return nil, fmt.Errorf("%w: %d of %d bytes", ErrTruncated, len(b), n)
 	}
-	if err := proto.Unmarshal(b, m); err != nil {
-		return fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	return nil
+	return b, nil
 }
 
 // Writer writes frames.
@@ -103,6 +113,11 @@ func (w *Writer) Write(m proto.Message) error {
 		return fmt.Errorf("encoding a frame: %w", err)
 	}
 	w.buf = b
+	return w.WriteFrame(b)
+}
+
+// WriteFrame writes b, an encoded message, as one frame and flushes it.
+func (w *Writer) WriteFrame(b []byte) error {
 	if len(b) > w.max {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, len(b), w.max)
 	}

@@ -34,7 +34,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"google.golang.org/protobuf/proto"
 	"k8s.io/utils/clock"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
@@ -216,6 +215,7 @@ type Process struct {
 	r      *protocol.Reader
 	w      *protocol.Writer
 	nextID uint64
+	frame  []byte // the last Execute request frame's buffer, reused (Exchange)
 	log    logr.Logger
 	cfg    Config
 
@@ -286,14 +286,36 @@ func (p *Process) lastWords() string {
 // errFault marks a fault of unknown outcome: the stream is broken and the worker recovers.
 var errFault = errors.New("worker fault")
 
-// call runs one exchange, bounded by timeout. A reply that is not the answer to this request,
-// a broken stream or a timeout is a fault; an Error frame is the worker's refusal. The exchange
-// runs on the caller's goroutine (a hand-off to another goroutine and back would cost two
-// wake-ups on every call): a timeout or the caller going away kills the worker, which ends the
-// write or read in progress, and the call reports why.
+// call runs one exchange, bounded by timeout (bounded). A reply that is not the answer to this
+// request is a fault; an Error frame is the worker's refusal.
 func (p *Process) call(ctx context.Context, timeout time.Duration, req *pb.Request) (*pb.Response, error) {
 	p.nextID++
 	req.Id = p.nextID
+	var resp *pb.Response
+	if err := p.bounded(ctx, timeout, func() (err error) { resp, err = p.exchange(ctx, req); return err }); err != nil {
+		return nil, err
+	}
+	return answerTo(req.Id, resp)
+}
+
+// answerTo is resp as the answer to request id: a reply to another request is a fault, an
+// Error frame the worker's refusal.
+func answerTo(id uint64, resp *pb.Response) (*pb.Response, error) {
+	if resp.Id != id {
+		return nil, fmt.Errorf("%w: reply %d to request %d", errFault, resp.Id, id)
+	}
+	if e := resp.GetError(); e != nil {
+		return nil, &supervisor.WorkerError{Code: e.Code, Message: e.Message}
+	}
+	return resp, nil
+}
+
+// bounded runs exchange, one write and its reads, bounded by timeout. A broken stream or a
+// timeout is a fault of unknown outcome. The exchange runs on the caller's goroutine (a
+// hand-off to another goroutine and back would cost two wake-ups on every call): a timeout or
+// the caller going away kills the worker, which ends the write or read in progress, and the
+// call reports why.
+func (p *Process) bounded(ctx context.Context, timeout time.Duration, exchange func() error) error {
 	// ended is set once: by the exchange when it finishes, or by the first of the timer and the
 	// caller's cancellation, which then kills the worker.
 	var (
@@ -312,23 +334,17 @@ func (p *Process) call(ctx context.Context, timeout time.Duration, req *pb.Reque
 	defer timer.Stop()
 	stop := context.AfterFunc(ctx, kill(func() error { return ctx.Err() }))
 	defer stop()
-	resp, err := p.exchange(ctx, req)
+	err := exchange()
 	finished := false
 	ended.Do(func() { finished = true })
 	if !finished {
 		// The worker was killed, whatever the exchange saw: its stream is not reused.
-		return nil, fmt.Errorf("%w: %v, worker killed", errFault, killed)
+		return fmt.Errorf("%w: %v, worker killed", errFault, killed)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v%s", errFault, err, p.lastWords())
+		return fmt.Errorf("%w: %v%s", errFault, err, p.lastWords())
 	}
-	if resp.Id != req.Id {
-		return nil, fmt.Errorf("%w: reply %d to request %d", errFault, resp.Id, req.Id)
-	}
-	if e := resp.GetError(); e != nil {
-		return nil, &supervisor.WorkerError{Code: e.Code, Message: e.Message}
-	}
-	return resp, nil
+	return nil
 }
 
 // exchange writes req and reads its answer, reporting an admission's progress on the way.
@@ -380,25 +396,6 @@ func (p *Process) Evict(ctx context.Context, rung int) error {
 		return fmt.Errorf("%w: evict %d answered with %v", errFault, rung, resp)
 	}
 	return nil
-}
-
-// Exchange implements supervisor.Worker: payload is a serialised Execute, the reply a
-// serialised Reply.
-func (p *Process) Exchange(ctx context.Context, rung int, payload []byte) ([]byte, error) {
-	exec := &pb.Execute{}
-	if err := proto.Unmarshal(payload, exec); err != nil {
-		return nil, &supervisor.WorkerError{Code: "invalid_input", Message: err.Error()}
-	}
-	exec.Rung = uint32(rung)
-	resp, err := p.call(ctx, p.cfg.CallTimeout, &pb.Request{Body: &pb.Request_Execute{Execute: exec}})
-	if err != nil {
-		return nil, err
-	}
-	reply := resp.GetReply()
-	if reply == nil {
-		return nil, fmt.Errorf("%w: execute answered with %v", errFault, resp)
-	}
-	return proto.Marshal(reply)
 }
 
 // Inventory implements supervisor.Worker.
