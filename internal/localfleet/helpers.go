@@ -65,15 +65,16 @@ func freePort() int {
 // ephemeral port would do until its listener stops: then any process's outgoing connection may
 // take it as its local port (the test packages beside this one open thousands), and the
 // restarted listener could not bind it. taken says which ports are already given to listeners
-// that may not be bound at the moment (a stopped Mac's), so no other is given them.
-func stablePort(previous int, taken func(int) bool) int {
-	if previous != 0 && portFree(previous) {
+// that may not be bound at the moment (a stopped Mac's), so no other is given them. The port
+// is free on each of hosts, the loopback addresses its listeners are to bind.
+func stablePort(previous int, taken func(int) bool, hosts ...string) int {
+	if previous != 0 && portFree(previous, hosts) {
 		return previous
 	}
 	const lowest = 10000 // above the ports services commonly take
 	if ephemeral := ephemeralLow(); ephemeral > lowest+1000 {
 		for range 100 {
-			if p := lowest + rand.IntN(ephemeral-lowest); !taken(p) && portFree(p) {
+			if p := lowest + rand.IntN(ephemeral-lowest); !taken(p) && portFree(p, hosts) {
 				return p
 			}
 		}
@@ -83,13 +84,16 @@ func stablePort(previous int, taken func(int) bool) int {
 	return freePort()
 }
 
-// portFree says whether a port can be listened on on the loopback now.
-func portFree(port int) bool {
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
-		return false
+// portFree says whether a port can be listened on now on each of hosts (a listener on all
+// addresses takes it on each).
+func portFree(port int, hosts []string) bool {
+	for _, h := range hosts {
+		l, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
+		if err != nil {
+			return false
+		}
+		l.Close()
 	}
-	l.Close()
 	return true
 }
 
@@ -144,10 +148,11 @@ func (w *prefixWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// advertiseIP is the address the Macs advertise: the machine's first non-loopback IPv4
-// address, which an EndpointSlice can hold, or the loopback if it has none (the endpoints
-// controller then lists no endpoint for them). Nothing listens on it and nothing sends traffic
-// to it: the Macs listen on, and callers use, the loopback (Fleet.URL).
+// advertiseIP is the address the Macs advertise when the fleet has no OwnAddresses: the
+// machine's first non-loopback IPv4 address, which an EndpointSlice can hold, or the loopback
+// if it has none (the endpoints controller then lists no endpoint for them). Nothing listens on
+// it and nothing sends traffic to it: the Macs listen on, and callers use, the loopback
+// (Fleet.URL).
 func advertiseIP() string {
 	addrs, err := net.InterfaceAddrs()
 	if err == nil {

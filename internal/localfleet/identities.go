@@ -122,10 +122,6 @@ func (f *Fleet) ControllerKubeconfig() string {
 	return filepath.Join(f.opts.Dir, "controller", "kubeconfig")
 }
 
-// AdvertisedIP is the address the Macs advertise (127.0.0.1 when the machine has no other, and
-// then no EndpointSlice lists them).
-func (f *Fleet) AdvertisedIP() string { return f.ip }
-
 // ControllerMetricsURL is the controller's metrics endpoint: HTTPS (a self-signed certificate),
 // for callers that present a token RBAC allows to get /metrics.
 func (f *Fleet) ControllerMetricsURL() string {

@@ -53,7 +53,8 @@ import (
 type Mac struct {
 	Name       string
 	MacOSBuild string
-	// Port is the agent's HTTP port (0: a free one).
+	// Port is the agent's HTTP port (0: a free one). A fleet of OwnAddresses chooses the port
+	// its Macs share; it refuses a Mac of another.
 	Port int
 	// Budget is its layer executables (0: the default, 100).
 	Budget int
@@ -87,6 +88,15 @@ type Options struct {
 	// AnonymousAPI. Otherwise each Mac gets its serving certificate from the controller (the
 	// fleet's signer) and callers verify it against the fleet's CA bundle (HTTPClient).
 	PlainHTTP bool
+	// OwnAddresses gives each Mac addresses of its own, as a real fleet's Macs have, on one port
+	// they all share: Mac k (the k-th of Macs, then of the Macs first started later; a Mac keeps
+	// its number when it stops and starts again) listens on the loopback address 127.0.0.(10+k)
+	// and advertises 192.0.2.(10+k), a documentation address (ownaddresses.go). A lane's
+	// endpoints then share a port, so one EndpointSlice lists them all, and a blue/green switch
+	// is one update of it: the e2e suite's choice. Otherwise every Mac listens on 127.0.0.1 on a
+	// port of its own (each one's endpoints in a slice of their own) and advertises the
+	// machine's address: make dev's choice, whose ports the README documents.
+	OwnAddresses bool
 }
 
 // Fleet is a running fleet.
@@ -107,7 +117,12 @@ type Fleet struct {
 	agents     map[string]*process
 	ports      map[string]int
 	clients    map[string]*http.Client // by Mac (HTTPClient)
-	ip         string                  // the address the Macs advertise; callers use the loopback
+	// ip is the address every Mac advertises, unless the fleet has OwnAddresses: then hosts
+	// holds each Mac's host number, the last byte of its addresses (ownaddresses.go).
+	// shared is the port they all listen on then.
+	ip     string
+	hosts  map[string]byte
+	shared int
 }
 
 // Start starts the control plane, the controller and the Macs, and waits until every one is
@@ -132,7 +147,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		// Its port is outside the ephemeral range, so that it is still free when the API
 		// server restarts (RestartAPIServer).
 		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{CertDir: certs,
-			SecureServing: envtest.SecureServing{ListenAddr: envtest.ListenAddr{Address: "127.0.0.1", Port: strconv.Itoa(stablePort(0, func(int) bool { return false }))}}}},
+			SecureServing: envtest.SecureServing{ListenAddr: envtest.ListenAddr{Address: "127.0.0.1", Port: strconv.Itoa(stablePort(0, func(int) bool { return false }, "127.0.0.1"))}}}},
 		ControlPlaneStopTimeout: 2 * time.Minute,
 	}
 	fmt.Fprintln(opts.Out, "starting etcd and kube-apiserver ...")
@@ -140,8 +155,11 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}
-	f = &Fleet{opts: opts, env: env, Config: cfg, agents: map[string]*process{}, ports: map[string]int{}, clients: map[string]*http.Client{}, ip: advertiseIP(),
-		Kubeconfig: filepath.Join(opts.Dir, "kubeconfig")}
+	f = &Fleet{opts: opts, env: env, Config: cfg, agents: map[string]*process{}, ports: map[string]int{}, clients: map[string]*http.Client{},
+		hosts: map[string]byte{}, Kubeconfig: filepath.Join(opts.Dir, "kubeconfig")}
+	if !opts.OwnAddresses {
+		f.ip = advertiseIP()
+	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, f.Stop())
@@ -162,6 +180,11 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	}
 	if err := f.install(ctx); err != nil {
 		return f, err
+	}
+	if opts.OwnAddresses {
+		if err := f.shareAPort(); err != nil {
+			return f, err
+		}
 	}
 	digest, err := artifact.FileSHA256(filepath.Join(opts.Bin, "synapse-ane-worker"))
 	if err != nil {
@@ -212,7 +235,11 @@ func (f *Fleet) startController(ctx context.Context) error {
 	args := []string{"--kubeconfig", kubeconfig, "--leader-elect", "--leader-election-namespace", ControllerNamespace,
 		"--leader-elect-lease-duration", "3m", "--leader-elect-renew-deadline", "2m",
 		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(probe), "--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metrics)}
-	if f.ip != "127.0.0.1" {
+	switch {
+	case f.opts.OwnAddresses:
+		// The documentation range the Macs' advertised addresses are drawn from.
+		args = append(args, "--endpoint-cidrs", advertisedRange.String())
+	case f.ip != "127.0.0.1":
 		// The Macs advertise this machine's address: it is the one address they may publish.
 		args = append(args, "--endpoint-cidrs", f.ip+"/32")
 	}
@@ -231,21 +258,16 @@ func (f *Fleet) startController(ctx context.Context) error {
 }
 
 // StartMac starts a simulated Mac's agent and waits until its API answers. A Mac started
-// again after StopMac keeps its port and its state (its aned cache).
+// again after StopMac keeps its addresses, its port and its state (its aned cache).
 func (f *Fleet) StartMac(ctx context.Context, m Mac) error {
 	f.mu.Lock()
-	port := m.Port
-	if port == 0 {
-		port = stablePort(f.ports[m.Name], func(p int) bool {
-			for name, q := range f.ports {
-				if q == p && name != m.Name {
-					return true
-				}
-			}
-			return false
-		})
+	port, err := f.portOf(m)
+	if err != nil {
+		f.mu.Unlock()
+		return err
 	}
 	f.ports[m.Name] = port
+	listen, advertise := net.JoinHostPort(f.loopbackOf(m.Name), strconv.Itoa(port)), f.advertisedOf(m.Name)
 	f.mu.Unlock()
 	state := f.StateDir(m.Name)
 	kubeconfig, err := f.join(ctx, m.Name)
@@ -254,7 +276,7 @@ func (f *Fleet) StartMac(ctx context.Context, m Mac) error {
 	}
 	args := []string{"--kubeconfig", kubeconfig, "--node-name", m.Name, "--backend", "sim", "--macos-build", m.MacOSBuild,
 		"--chip", "Apple M4 (sim)", "--state-dir", state, "--worker-binary", filepath.Join(f.opts.Bin, "synapse-ane-worker"),
-		"--listen", listenAddr(port), "--advertise-address", f.ip,
+		"--listen", listen, "--advertise-address", advertise,
 		"--sim-scale", strconv.FormatFloat(f.opts.SimScale, 'g', -1, 64)}
 	if m.Budget > 0 {
 		args = append(args, "--budget", strconv.Itoa(m.Budget))
@@ -356,9 +378,36 @@ func (f *Fleet) PID(name string) int {
 	return 0
 }
 
-// URL is the base URL of a Mac's HTTP API on the loopback, the one address it listens on:
-// tests and benchmarks send traffic there only, while the Mac advertises the machine's
-// interface address. It is HTTPS (call it with HTTPClient) unless the fleet serves PlainHTTP.
+// portOf is the port a Mac is to listen on (f.mu held): the fleet's shared one, or the Mac's
+// own: its configured Port, else the one it had before a stop, else a free one.
+func (f *Fleet) portOf(m Mac) (int, error) {
+	if f.opts.OwnAddresses {
+		if err := f.number(m.Name); err != nil {
+			return 0, err
+		}
+		if m.Port != 0 && m.Port != f.shared {
+			return 0, fmt.Errorf("Mac %s: port %d, but the fleet's Macs share port %d (OwnAddresses)", m.Name, m.Port, f.shared)
+		}
+		return f.shared, nil
+	}
+	if m.Port != 0 {
+		return m.Port, nil
+	}
+	return stablePort(f.ports[m.Name], func(p int) bool {
+		for name, q := range f.ports {
+			if q == p && name != m.Name {
+				return true
+			}
+		}
+		return false
+	}, "127.0.0.1"), nil
+}
+
+// URL is the base URL of a Mac's HTTP API on the loopback, the one address it listens on (its
+// own under OwnAddresses, else 127.0.0.1): tests and benchmarks send traffic there only, while
+// the Mac advertises another address (AdvertisedAddress), on which nothing listens to be
+// called, from this machine or another. It is HTTPS (call it with HTTPClient) unless the fleet
+// serves PlainHTTP.
 func (f *Fleet) URL(name string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -366,15 +415,7 @@ func (f *Fleet) URL(name string) string {
 	if f.opts.PlainHTTP {
 		scheme = "http://"
 	}
-	return scheme + net.JoinHostPort("127.0.0.1", strconv.Itoa(f.ports[name]))
-}
-
-// listenAddr is a Mac's --listen value: the loopback only. The Mac advertises the machine's
-// interface address (its MacNode reports it and its lanes' EndpointSlices list it), but a test
-// fleet sends traffic to the loopback alone, so nothing listens on that address to be called
-// there, from this machine or another.
-func listenAddr(port int) string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	return scheme + net.JoinHostPort(f.loopbackOf(name), strconv.Itoa(f.ports[name]))
 }
 
 // RestartAPIServer kills the kube-apiserver, as a crash would, and starts it again on the same

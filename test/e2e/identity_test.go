@@ -20,6 +20,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,16 +89,31 @@ var _ = Describe("Identities", func() {
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "mac-a created a kube-system Lease: %v", err)
 	})
 
-	It("should have every Mac listen on the loopback only, though it advertises another address", func() {
+	It("should have every Mac listen on a loopback address of its own, on the port they all share, and advertise a documentation address of its own", func() {
+		loopbacks, advertised, ports := map[netip.Addr]string{}, map[string]string{}, map[uint16]bool{}
 		for _, mac := range append(slices.Clone(matching), other) {
+			own, err := netip.ParseAddrPort(hostPort(mac))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(own.Addr().IsLoopback()).To(BeTrue(), "%s is called on %s", mac, own)
+			Expect(argAfter(fleet.PID(mac), "--listen")).To(Equal(own.String()))
 			addrs, err := listening(fleet.PID(mac))
 			Expect(err).NotTo(HaveOccurred())
 			Expect(addrs).NotTo(BeEmpty(), "%s listens nowhere", mac)
 			for _, a := range addrs {
-				Expect(a.Addr().IsLoopback()).To(BeTrue(), "%s listens on %s", mac, a)
+				Expect(a).To(Equal(own), "%s listens on %s", mac, a)
 			}
-			Expect(argAfter(fleet.PID(mac), "--advertise-address")).To(Equal(fleet.AdvertisedIP()))
+			Expect(loopbacks).NotTo(HaveKey(own.Addr()), "%s listens on %s's address", mac, loopbacks[own.Addr()])
+			loopbacks[own.Addr()] = mac
+			ports[own.Port()] = true
+
+			adv := argAfter(fleet.PID(mac), "--advertise-address")
+			Expect(adv).To(Equal(fleet.AdvertisedAddress(mac)))
+			Expect(netip.MustParsePrefix("192.0.2.0/24").Contains(netip.MustParseAddr(adv))).To(BeTrue(),
+				"%s advertises %s, outside TEST-NET-1 (RFC 5737), which nothing routes", mac, adv)
+			Expect(advertised).NotTo(HaveKey(adv), "%s advertises %s's address", mac, advertised[adv])
+			advertised[adv] = mac
 		}
+		Expect(ports).To(HaveLen(1), "the Macs share one port")
 	})
 
 	It("should run the controller under its ServiceAccount, electing its leader in its own namespace", func() {
@@ -147,36 +163,35 @@ var _ = Describe("Identities", func() {
 		Eventually(func() int { return scrape(scraper) }).WithTimeout(10 * time.Second).Should(Equal(http.StatusOK))
 	})
 
-	It("should publish the Macs' advertised address in the lane's EndpointSlices, inside the allowed CIDR", func() {
+	It("should publish the Macs' advertised addresses in the lane's one EndpointSlice, inside the allowed CIDR", func() {
 		l := newLane(v1.TaskEmbed, 3)
-		readyOn(l)
-		ip := fleet.AdvertisedIP()
+		var want []string
+		for _, mac := range readyOn(l) {
+			want = append(want, fleet.AdvertisedAddress(mac))
+		}
+		slices.Sort(want)
+		port, err := netip.ParseAddrPort(hostPort(matching[0]))
+		Expect(err).NotTo(HaveOccurred())
 		Eventually(func(g Gomega) {
 			for _, mac := range matching {
 				n := &v1.MacNode{}
 				g.Expect(kube.Get(ctx, client.ObjectKey{Name: mac}, n)).To(Succeed())
 				c := meta.FindStatusCondition(n.Status.Conditions, v1.NodeConditionAddressAllowed)
 				g.Expect(c).NotTo(BeNil())
-				if ip == "127.0.0.1" {
-					// A machine with no other address: nothing an EndpointSlice may hold.
-					g.Expect(c.Reason).To(Equal(v1.NodeReasonAddressUnusable))
-					continue
-				}
 				g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
 			}
 			var list discoveryv1.EndpointSliceList
 			g.Expect(kube.List(ctx, &list, client.InNamespace(l.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: l.Name})).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(1), "the Macs share a port, so one slice lists them all")
+			s := list.Items[0]
+			g.Expect(s.Ports).To(HaveLen(1))
+			g.Expect(s.Ports[0].Port).To(HaveValue(BeEquivalentTo(port.Port())))
 			var addrs []string
-			for _, s := range list.Items {
-				for _, e := range s.Endpoints {
-					addrs = append(addrs, e.Addresses...)
-				}
+			for _, e := range s.Endpoints {
+				g.Expect(isReady(e)).To(BeTrue())
+				addrs = append(addrs, e.Addresses...)
 			}
-			if ip == "127.0.0.1" {
-				g.Expect(addrs).To(BeEmpty())
-			} else {
-				g.Expect(addrs).To(Equal([]string{ip, ip, ip}), "one endpoint per Mac, each on its own port")
-			}
+			g.Expect(addrs).To(Equal(want), "one endpoint per Mac, each at its own address")
 		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 	})
 })

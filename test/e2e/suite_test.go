@@ -94,6 +94,9 @@ var _ = BeforeSuite(func() {
 		// Short, so a lost Mac is noticed in seconds; the eviction timeout outlasts an API server
 		// restart, during which no Lease can be renewed.
 		NodeGracePeriod: 4 * time.Second, NodeEvictionTimeout: 20 * time.Second,
+		// Each Mac on addresses of its own and one port they share, as a real fleet's: a lane's
+		// endpoints are then one EndpointSlice, whose updates the rollout spec follows.
+		OwnAddresses: true,
 	})
 	Expect(err).NotTo(HaveOccurred(), out.String())
 	kube = fleet.Client

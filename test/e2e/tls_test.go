@@ -67,10 +67,17 @@ var _ = Describe("The Macs' serving certificates", func() {
 			Expect(cert.Subject.CommonName).To(Equal(node))
 			Expect(cert.DNSNames).To(Equal([]string{node}))
 			Expect(cert.IPAddresses).To(HaveLen(1))
-			Expect(cert.IPAddresses[0].String()).To(Equal(fleet.AdvertisedIP()))
+			Expect(cert.IPAddresses[0].String()).To(Equal(fleet.AdvertisedAddress(node)))
 			Expect(cert.ExtKeyUsage).To(Equal([]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}))
-			_, err = cert.Verify(x509.VerifyOptions{DNSName: fleet.AdvertisedIP(), Roots: pool})
+			_, err = cert.Verify(x509.VerifyOptions{DNSName: fleet.AdvertisedAddress(node), Roots: pool})
 			Expect(err).NotTo(HaveOccurred(), "the certificate names the advertised address")
+			// Nor does it pass for another Mac's address: each Mac has its own.
+			elsewhere := fleet.AdvertisedAddress(matching[0])
+			if node == matching[0] {
+				elsewhere = fleet.AdvertisedAddress(other)
+			}
+			_, err = cert.Verify(x509.VerifyOptions{DNSName: elsewhere, Roots: pool})
+			Expect(err).To(MatchError(ContainSubstring("certificate is valid for")), "%s's certificate passes for %s", node, elsewhere)
 
 			// A client expecting another Mac refuses it: the certificate is this node's alone.
 			_, err = handshake(node, "mac-elsewhere", pool)
