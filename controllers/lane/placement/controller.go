@@ -47,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -115,13 +116,14 @@ func (c *Controller) Name() string { return "lane.placement" }
 const MaxConcurrentReconciles = 8
 
 // Register adds the controller to the manager: lanes, their placements, and the nodes and
-// identities that decide where they go. A lane's own status writes do not reconcile it again;
-// nodes, placements and identities enqueue only the lanes they can affect (see fleet).
+// identities that decide where they go. A lane's own status writes do not reconcile it again
+// (LaneChanges); nodes, placements and identities enqueue only the lanes they can affect (see
+// fleet).
 func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 	lanesInNamespace := enqueue.All(c.kube, func() client.ObjectList { return &v1.CatalogLaneList{} }, true)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(c.Name()).
-		For(&v1.CatalogLane{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&v1.CatalogLane{}, builder.WithPredicates(LaneChanges)).
 		Watches(&v1.LanePlacement{}, c.feed()).
 		Watches(&v1.MacNode{}, c.feed()).
 		Watches(&v1.CertifiedIdentity{}, c.feed()).
@@ -129,6 +131,17 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}).
 		Complete(c)
 }
+
+// LaneChanges passes a lane's event if it changes what the lane asks (its generation) or what
+// the endpoints controller says of it: endpointsVectorSpaceID, which a blue/green rollout
+// waits for before its old placements drain, and which no other event follows (without it the
+// rollout stood still once the new space's placements were Ready). The lane's other status
+// writes, this controller's own, do not reconcile it again.
+var LaneChanges = predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	old, ok1 := e.ObjectOld.(*v1.CatalogLane)
+	cur, ok2 := e.ObjectNew.(*v1.CatalogLane)
+	return ok1 && ok2 && old.Status.EndpointsVectorSpaceID != cur.Status.EndpointsVectorSpaceID
+}})
 
 // Reconcile places one lane.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
