@@ -91,7 +91,7 @@ type Options struct {
 	// OwnAddresses gives each Mac addresses of its own, as a real fleet's Macs have, on one port
 	// they all share: Mac k (the k-th of Macs, then of the Macs first started later; a Mac keeps
 	// its number when it stops and starts again) listens on the loopback address 127.0.0.(10+k)
-	// and advertises 192.0.2.(10+k), a documentation address (ownaddresses.go). A lane's
+	// and advertises 198.51.100.(10+k), a documentation address (ownaddresses.go). A lane's
 	// endpoints then share a port, so one EndpointSlice lists them all, and a blue/green switch
 	// is one update of it: the e2e suite's choice. Otherwise every Mac listens on 127.0.0.1 on a
 	// port of its own (each one's endpoints in a slice of their own) and advertises the

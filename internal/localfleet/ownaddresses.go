@@ -27,7 +27,7 @@ import (
 // of 127.0.0.0/8 is the host's loopback (RFC 1122, section 3.2.1.3), and Linux routes all of
 // it to lo as soon as lo is up (`ip route show table local`: "local 127.0.0.0/8 dev lo"), so
 // no setup is needed (macOS configures 127.0.0.1 alone: there the option is refused). It
-// advertises 192.0.2.(firstHost+k), of TEST-NET-1, which RFC 5737 (sections 3 and 4) reserves
+// advertises 198.51.100.(firstHost+k), of TEST-NET-2, which RFC 5737 (sections 3 and 4) reserves
 // for documentation: such addresses are never routed on the Internet, and nothing here listens
 // on or calls them. The advertised address cannot be the loopback one: an EndpointSlice may
 // not hold a loopback address (kubernetes/kubernetes: pkg/apis/discovery/validation/validation.go
@@ -40,7 +40,7 @@ const (
 
 // advertisedRange is the range the Macs' advertised addresses are drawn from: the controller's
 // --endpoint-cidrs.
-var advertisedRange = netip.MustParsePrefix("192.0.2.0/24")
+var advertisedRange = netip.MustParsePrefix("198.51.100.0/24")
 
 // shareAPort numbers the fleet's Macs and chooses the port they share: one below the ephemeral
 // range, free on each one's loopback address, as stablePort chooses a Mac's own. A Mac first
@@ -107,7 +107,7 @@ func hostIn(p netip.Prefix, h byte) string {
 
 // AdvertisedAddress is the address a Mac advertises (--advertise-address): its MacNode reports
 // it, its serving certificate names it and its lanes' EndpointSlices list it. Under
-// OwnAddresses it is the Mac's own, in 192.0.2.0/24; otherwise every Mac's is the machine's
+// OwnAddresses it is the Mac's own, in 198.51.100.0/24; otherwise every Mac's is the machine's
 // first non-loopback IPv4 address, or 127.0.0.1 when it has none (and then no EndpointSlice
 // lists them). Nothing listens on it: callers use URL.
 func (f *Fleet) AdvertisedAddress(name string) string {

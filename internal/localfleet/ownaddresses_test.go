@@ -31,8 +31,8 @@ func TestOwnAddressesAreNumberedOnceAndKept(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ name, loopback, advertised string }{
-		{"mac-a", "127.0.0.10", "192.0.2.10"},
-		{"mac-b", "127.0.0.11", "192.0.2.11"},
+		{"mac-a", "127.0.0.10", "198.51.100.10"},
+		{"mac-b", "127.0.0.11", "198.51.100.11"},
 		{"mac-unseen", "", ""},
 	} {
 		if got := f.loopbackOf(c.name); got != c.loopback {
@@ -47,11 +47,11 @@ func TestOwnAddressesAreNumberedOnceAndKept(t *testing.T) {
 			t.Fatalf("Mac %d: %v", i, err)
 		}
 	}
-	if got := f.AdvertisedAddress(fmt.Sprintf("mac-%d", lastHost-firstHost)); got != "192.0.2.254" {
-		t.Errorf("the last Mac advertises %q, want 192.0.2.254", got)
+	if got := f.AdvertisedAddress(fmt.Sprintf("mac-%d", lastHost-firstHost)); got != "198.51.100.254" {
+		t.Errorf("the last Mac advertises %q, want 198.51.100.254", got)
 	}
 	if err := f.number("mac-one-too-many"); err == nil {
-		t.Errorf("a Mac past 192.0.2.254 was numbered %d", f.hosts["mac-one-too-many"])
+		t.Errorf("a Mac past 198.51.100.254 was numbered %d", f.hosts["mac-one-too-many"])
 	}
 }
 

@@ -108,8 +108,8 @@ var _ = Describe("Identities", func() {
 
 			adv := argAfter(fleet.PID(mac), "--advertise-address")
 			Expect(adv).To(Equal(fleet.AdvertisedAddress(mac)))
-			Expect(netip.MustParsePrefix("192.0.2.0/24").Contains(netip.MustParseAddr(adv))).To(BeTrue(),
-				"%s advertises %s, outside TEST-NET-1 (RFC 5737), which nothing routes", mac, adv)
+			Expect(netip.MustParsePrefix("198.51.100.0/24").Contains(netip.MustParseAddr(adv))).To(BeTrue(),
+				"%s advertises %s, outside TEST-NET-2 (RFC 5737), which nothing routes", mac, adv)
 			Expect(advertised).NotTo(HaveKey(adv), "%s advertises %s's address", mac, advertised[adv])
 			advertised[adv] = mac
 		}
