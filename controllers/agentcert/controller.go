@@ -68,12 +68,15 @@ type Controller struct {
 	kube      client.Client
 	reader    client.Reader
 	namespace string
+	// clusterDomain qualifies the lanes' Service names a certificate may hold.
+	clusterDomain string
 }
 
 // NewController returns the controller; the CA's Secret (in namespace) and the requesters'
-// MacNodes are read uncached, by reader.
-func NewController(clk clock.PassiveClock, kube client.Client, reader client.Reader, namespace string) *Controller {
-	return &Controller{clk: clk, kube: kube, reader: reader, namespace: namespace}
+// MacNodes and placements are read uncached, by reader. A request may name the Services of the
+// lanes placed on its node, short and qualified by clusterDomain.
+func NewController(clk clock.PassiveClock, kube client.Client, reader client.Reader, namespace, clusterDomain string) *Controller {
+	return &Controller{clk: clk, kube: kube, reader: reader, namespace: namespace, clusterDomain: clusterDomain}
 }
 
 // Name of the controller.
@@ -118,10 +121,17 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 	}
-	parsed, verdict := Judge(csr, node)
+	var services []string
+	if node != nil {
+		var err error
+		if services, err = c.laneServices(ctx, node.Name); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	parsed, verdict := Judge(csr, node, services)
 	if !hasCondition(csr, certificatesv1.CertificateApproved) {
 		cond := certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
-			Reason: ReasonApproved, Message: "the node's own identity asks for its own name and addresses", LastUpdateTime: metav1.NewTime(c.clk.Now())}
+			Reason: ReasonApproved, Message: "the node's own identity asks for its own names and addresses", LastUpdateTime: metav1.NewTime(c.clk.Now())}
 		if verdict != nil {
 			cond.Type, cond.Reason, cond.Message = certificatesv1.CertificateDenied, ReasonDenied, verdict.Error()
 		}
@@ -148,6 +158,23 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	csr.Status.Certificate = cert
 	return reconcile.Result{}, c.kube.SubResource("status").Update(ctx, csr)
+}
+
+// laneServices are the Service DNS names of the lanes placed on node, read from the API server
+// as the node is: an agent asks for a certificate naming a lane as soon as it sees the lane's
+// placement.
+func (c *Controller) laneServices(ctx context.Context, node string) ([]string, error) {
+	var ps v1.LanePlacementList
+	if err := c.reader.List(ctx, &ps, client.MatchingLabels{v1.LabelNode: node}); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range ps.Items {
+		if p.Spec.Node == node && p.DeletionTimestamp.IsZero() {
+			out = append(out, v1.LaneServiceDNSNames(p.Namespace, p.Spec.Lane, c.clusterDomain)...)
+		}
+	}
+	return out, nil
 }
 
 func (c *Controller) fail(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, msg string) error {

@@ -58,6 +58,16 @@ func macNode(addresses ...string) string {
 	return name
 }
 
+// placeOn places a lane of namespace default on node; it returns the placement.
+func placeOn(lane, node string) *v1.LanePlacement {
+	GinkgoHelper()
+	p := &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Name: lane + "-" + node, Namespace: "default", Labels: map[string]string{v1.LabelLane: lane, v1.LabelNode: node}},
+		Spec: v1.LanePlacementSpec{Lane: lane, Node: node, Identity: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE,
+			Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+	Expect(kube.Create(ctx, p)).To(Succeed())
+	return p
+}
+
 // request is what a CSR asks for.
 type request struct {
 	cn       string
@@ -154,6 +164,34 @@ var _ = Describe("Agent serving certificates", func() {
 			_, err := cert.Verify(x509.VerifyOptions{DNSName: host, Roots: trustPool(), CurrentTime: clk.Now(),
 				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 			Expect(err).NotTo(HaveOccurred(), host)
+		}
+	})
+
+	It("should approve a request naming the Services of the lanes placed on the node, so that a call through a lane's Service verifies", func() {
+		node := macNode("192.0.2.13")
+		placeOn("gte-search", node)
+		names := []string{node, "gte-search.default.svc", "gte-search.default.svc.cluster.local"}
+		csr := reconcileUntilSettled(newController(), submit("synapse-node-"+node, request{cn: node, dns: names, ips: []string{"192.0.2.13"}}))
+		Expect(condition(csr, certificatesv1.CertificateApproved)).NotTo(BeNil(), "%+v", csr.Status)
+		cert := leaf(csr)
+		Expect(cert.DNSNames).To(Equal(names))
+		for _, host := range names[1:] {
+			_, err := cert.Verify(x509.VerifyOptions{DNSName: host, Roots: trustPool(), CurrentTime: clk.Now(),
+				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+			Expect(err).NotTo(HaveOccurred(), host)
+		}
+	})
+
+	It("should deny a lane's Service name to a node the lane is not placed on, or no longer is", func() {
+		here, there := macNode("192.0.2.14"), macNode("192.0.2.15")
+		placeOn("gte-there", there)
+		gone := placeOn("gte-gone", here)
+		Expect(kube.Delete(ctx, gone)).To(Succeed())
+		for _, dns := range []string{"gte-there.default.svc", "gte-gone.default.svc", "gte-there.default.svc.other.domain"} {
+			csr := reconcileUntilSettled(newController(), submit("synapse-node-"+here, request{cn: here, dns: []string{here, dns}}))
+			denied := condition(csr, certificatesv1.CertificateDenied)
+			Expect(denied).NotTo(BeNil(), "%s: not denied: %+v", dns, csr.Status)
+			Expect(denied.Message).To(ContainSubstring("DNS name " + dns + " is neither"))
 		}
 	})
 

@@ -56,9 +56,10 @@ func NodeOf(csr *certificatesv1.CertificateSigningRequest) string {
 var allowedUsages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment, certificatesv1.UsageServerAuth}
 
 // Judge says why the CSR may not be approved for node (nil: it may): its requester must be the
-// node's own identity, its subject the node, its names the node's name and its addresses the
-// node's reported addresses, its usages those of a TLS server, its key one of today's.
-func Judge(csr *certificatesv1.CertificateSigningRequest, node *v1.MacNode) (*x509.CertificateRequest, error) {
+// node's own identity, its subject the node, its names the node's name, host names it reports
+// or the Service names of lanes placed on it (services), its addresses the node's reported
+// addresses, its usages those of a TLS server, its key one of today's.
+func Judge(csr *certificatesv1.CertificateSigningRequest, node *v1.MacNode, services []string) (*x509.CertificateRequest, error) {
 	name := NodeOf(csr)
 	if name == "" || node == nil || node.Name != name {
 		return nil, fmt.Errorf("%s is not a node identity (ServiceAccount synapse-nodes/synapse-node-<node>) of a registered MacNode", csr.Spec.Username)
@@ -84,8 +85,8 @@ func Judge(csr *certificatesv1.CertificateSigningRequest, node *v1.MacNode) (*x5
 		return nil, fmt.Errorf("the request names neither the node nor an address")
 	}
 	for _, dns := range req.DNSNames {
-		if dns != name && !hasAddress(node, v1.NodeAddressType("Hostname"), dns) {
-			return nil, fmt.Errorf("DNS name %s is neither node %s's name nor a host name it reports", dns, name)
+		if dns != name && !hasAddress(node, v1.NodeAddressType("Hostname"), dns) && !slices.Contains(services, dns) {
+			return nil, fmt.Errorf("DNS name %s is neither node %s's name, a host name it reports, nor the Service name of a lane placed on it", dns, name)
 		}
 	}
 	for _, ip := range req.IPAddresses {

@@ -106,6 +106,9 @@ type Config struct {
 	// DrainTimeout bounds how long a stopping agent waits, its server still answering, for
 	// the lanes' endpoints to stop listing its placements as ready (10 s if zero).
 	DrainTimeout time.Duration
+	// ClusterDomain qualifies the lanes' Service names (cluster.local if empty), which the
+	// serving certificate names and the placements' status cites.
+	ClusterDomain string
 	// Auth lets calls into the HTTP API (apiauth.Delegating; apiauth.Anonymous only when asked
 	// for). Without it no call but the probes is let in. Its metrics, if it has any, are served
 	// with the agent's.
@@ -126,6 +129,14 @@ type ServingCertificate interface {
 	Obtain(ctx context.Context, reported func() bool) error
 	// GetCertificate is a TLS server's: every new connection gets the current certificate.
 	GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// ServeLanes says which lanes are placed on the node: the certificate names their
+	// Services, so that a call through a lane's Service verifies.
+	ServeLanes(lanes []types.NamespacedName)
+	// NamesLane says whether the current certificate names the lane's Service: a placement of
+	// the lane is Ready only once it does.
+	NamesLane(lane types.NamespacedName) bool
+	// OnIssued has f called after each certificate is issued.
+	OnIssued(f func())
 }
 
 // Agent is one node's agent.
@@ -290,6 +301,8 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 		// The listeners are open (the MacNode reports their port) but answer nothing until the
 		// certificate is there: a caller's connection waits in the backlog rather than failing
 		// its handshake.
+		// A certificate that names a lane's Service may make its placement Ready.
+		a.cfg.TLS.OnIssued(a.wake)
 		goRun("serving certificate", func(ctx context.Context) error {
 			if err := a.cfg.TLS.Obtain(ctx, a.reportsAddress); err != nil {
 				return err

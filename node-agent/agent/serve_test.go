@@ -27,6 +27,9 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,6 +48,9 @@ func (s staticCert) Obtain(context.Context, func() bool) error { return nil }
 func (s staticCert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return s.cert, nil
 }
+func (s staticCert) ServeLanes([]types.NamespacedName)   {}
+func (s staticCert) NamesLane(types.NamespacedName) bool { return true }
+func (s staticCert) OnIssued(func())                     {}
 
 func newStaticCert(t *testing.T) (staticCert, *x509.CertPool) {
 	t.Helper()
@@ -155,5 +161,65 @@ func TestAPlacementIsNotReadyUntilTheAPIServes(t *testing.T) {
 	a.placementStatus(key, got)
 	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady); got.Status.Phase != v1.PhaseReady || c == nil || c.Status != metav1.ConditionTrue {
 		t.Fatalf("once the API serves: phase %s, Ready %+v", got.Status.Phase, c)
+	}
+}
+
+// namingCert is a ServingCertificate whose certificate names the Services of the lanes in
+// named, and records the lanes it was asked to serve.
+type namingCert struct {
+	staticCert
+	mu     sync.Mutex
+	named  map[types.NamespacedName]bool
+	served []types.NamespacedName
+}
+
+func (c *namingCert) ServeLanes(lanes []types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.served = slices.Clone(lanes)
+}
+
+func (c *namingCert) NamesLane(lane types.NamespacedName) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.named[lane]
+}
+
+// TestAPlacementIsNotReadyUntilTheCertificateNamesItsLanesService: a lane loaded and checked
+// whose Service the node's certificate does not name yet is Loading, its Ready condition False
+// saying which names it waits for (a call through the Service would not verify); the status
+// pass asks the certificate for the lanes placed on the node; once it names the lane's
+// Service, the placement is Ready.
+func TestAPlacementIsNotReadyUntilTheCertificateNamesItsLanesService(t *testing.T) {
+	p := testPlacement("gte")
+	a, _, _ := newTestAgent(t, p)
+	cert := &namingCert{named: map[types.NamespacedName]bool{}}
+	a.cfg.TLS = cert
+	a.cfg.ClusterDomain = "cluster.local"
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	service := types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.Lane}
+	loadReady(t, a, p)
+
+	a.statusPass(context.Background(), newStatusBook())
+	cert.mu.Lock()
+	served := slices.Clone(cert.served)
+	cert.mu.Unlock()
+	if !slices.Equal(served, []types.NamespacedName{service}) {
+		t.Fatalf("the certificate was asked to serve %v, want the lane placed on the node, %v", served, service)
+	}
+	got := p.DeepCopy()
+	a.placementStatus(key, got)
+	c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady)
+	if got.Status.Phase != v1.PhaseLoading || c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1.PlacementReasonAwaitingServingCertificate ||
+		!strings.Contains(c.Message, p.Spec.Lane+"."+p.Namespace+".svc.cluster.local") {
+		t.Fatalf("while the certificate does not name the lane's Service: phase %s, Ready %+v", got.Status.Phase, c)
+	}
+	cert.mu.Lock()
+	cert.named[service] = true
+	cert.mu.Unlock()
+	got = p.DeepCopy()
+	a.placementStatus(key, got)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady); got.Status.Phase != v1.PhaseReady || c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("once the certificate names it: phase %s, Ready %+v", got.Status.Phase, c)
 	}
 }

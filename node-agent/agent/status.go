@@ -155,6 +155,9 @@ func (a *Agent) statusPass(ctx context.Context, book *statusBook) int {
 			n++
 		}
 	}
+	if a.cfg.TLS != nil {
+		a.cfg.TLS.ServeLanes(a.placedLanes())
+	}
 	keys := a.placementKeys()
 	keep := make(map[string]bool, len(keys))
 	for _, key := range keys {
@@ -172,6 +175,17 @@ func (a *Agent) statusPass(ctx context.Context, book *statusBook) int {
 		}
 	}
 	return n
+}
+
+// placedLanes are the lanes placed on the node (namespace and lane name).
+func (a *Agent) placedLanes() []types.NamespacedName {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]types.NamespacedName, 0, len(a.lanes))
+	for k, l := range a.lanes {
+		out = append(out, types.NamespacedName{Namespace: k.Namespace, Name: l.spec.Lane})
+	}
+	return out
 }
 
 func (a *Agent) placementKeys() []types.NamespacedName {
@@ -258,8 +272,12 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 	// A lane loaded and checked is not Ready while the node's API serves nothing (its first
 	// serving certificate has not come): the lane's endpoints would list a port whose
 	// connections wait in the backlog.
+	// Nor while the certificate does not name the lane's Service yet: a call through the
+	// Service would fail to verify.
 	awaitingCert := st.Phase == v1.PhaseReady && a.awaitingCert.Load()
-	if awaitingCert {
+	service := types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.Lane}
+	unnamed := st.Phase == v1.PhaseReady && !awaitingCert && a.cfg.TLS != nil && !a.cfg.TLS.NamesLane(service)
+	if awaitingCert || unnamed {
 		st.Phase = v1.PhaseLoading
 	}
 	set := func(typ string, ok bool, reason, message string) {
@@ -315,9 +333,14 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 	}
 	ready := st.Phase == v1.PhaseReady
 	reason, message := string(st.Phase), phaseMessage(st.Phase, st)
-	if awaitingCert {
+	switch {
+	case awaitingCert:
 		reason, message = v1.PlacementReasonAwaitingServingCertificate,
 			"the lane is loaded and checked; the node's API serves it once the node's serving certificate comes from the fleet's signer"
+	case unnamed:
+		reason, message = v1.PlacementReasonAwaitingServingCertificate,
+			fmt.Sprintf("the lane is loaded and checked; it is Ready once the node's serving certificate names its Service (%s), which the node has asked the fleet's signer for",
+				strings.Join(v1.LaneServiceDNSNames(service.Namespace, service.Name, a.cfg.ClusterDomain), ", "))
 	}
 	set(v1.ConditionReady, ready, reason, message)
 	return true

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,10 +36,13 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/certificate"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 )
 
 // SignerName is the fleet's signer of agent serving certificates, whose approver and signer is
@@ -65,6 +69,9 @@ type Config struct {
 	// Addresses are the IP addresses the node advertises (its MacNode's InternalIP), which the
 	// certificate names beside the node's name.
 	Addresses []string
+	// ClusterDomain qualifies the Service names of the lanes placed on the node (ServeLanes),
+	// which the certificate names too.
+	ClusterDomain string
 	// Client is the node's own identity: the signer approves only a request it made.
 	Client kubernetes.Interface
 	// Dir keeps the certificate and its key across restarts (client-go's file store, as the
@@ -83,16 +90,20 @@ type Config struct {
 // so a fleet started together does not rotate together), and GetCertificate hands every new
 // TLS connection the current one, so a rotation needs no restart of the listener.
 type Auto struct {
-	cfg      Config
-	client   *recordingClient
-	store    certificate.Store
-	template *x509.CertificateRequest
+	cfg    Config
+	client *recordingClient
+	store  certificate.Store
 
 	mu sync.Mutex
+	// template is what the next request asks for: the node's name and addresses, and the
+	// Service names of the lanes placed on it (ServeLanes), sorted.
+	template *x509.CertificateRequest
 	// reported says whether the node's MacNode reports its addresses yet; the template is
 	// withheld until it does, since the signer approves only addresses the MacNode reports.
 	reported func() bool
 	open     bool // latched once reported
+	// onIssued is called after each certificate is stored (OnIssued).
+	onIssued func()
 
 	manager atomic.Pointer[certificate.Manager]
 	// latest is the last certificate stored; issued is signalled each time one is.
@@ -197,11 +208,65 @@ func (s *Auto) stored(c *tls.Certificate) {
 	s.latest.Store(c)
 	s.expiry.Set(float64(c.Leaf.NotAfter.Unix()))
 	s.cfg.Log.Info("a serving certificate was issued; new connections get it", "request", s.client.last(),
-		"notBefore", c.Leaf.NotBefore.UTC(), "notAfter", c.Leaf.NotAfter.UTC())
+		"notBefore", c.Leaf.NotBefore.UTC(), "notAfter", c.Leaf.NotAfter.UTC(), "dnsNames", c.Leaf.DNSNames)
 	select {
 	case s.issued <- struct{}{}:
 	default:
 	}
+	s.mu.Lock()
+	issued := s.onIssued
+	s.mu.Unlock()
+	if issued != nil {
+		issued()
+	}
+}
+
+// ServeLanes says which lanes are placed on the node: the certificate names their Services
+// (<lane>.<namespace>.svc, and qualified by the cluster domain), so that a client calling a
+// lane through its Service verifies the node's certificate. A lane added asks for a new
+// certificate at once: the manager checks its template every second and replaces a
+// certificate that lacks a name the template holds (kubernetes/client-go
+// util/certificate/certificate_manager.go, certSatisfiesTemplateLocked). A lane removed stays
+// named until the next rotation.
+func (s *Auto) ServeLanes(lanes []types.NamespacedName) {
+	names := []string{s.cfg.Node}
+	for _, l := range lanes {
+		names = append(names, v1.LaneServiceDNSNames(l.Namespace, l.Name, s.cfg.ClusterDomain)...)
+	}
+	slices.Sort(names[1:])
+	names = slices.Compact(names)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if slices.Equal(s.template.DNSNames, names) {
+		return
+	}
+	// A new template, never the one handed to the manager changed under it.
+	t := *s.template
+	t.DNSNames = names
+	s.template = &t
+}
+
+// NamesLane says whether the current certificate names the lane's Service: a placement of it
+// is not Ready until it does, or a call through the Service would fail to verify.
+func (s *Auto) NamesLane(lane types.NamespacedName) bool {
+	c, err := s.GetCertificate(nil)
+	if err != nil || c.Leaf == nil {
+		return false
+	}
+	for _, name := range v1.LaneServiceDNSNames(lane.Namespace, lane.Name, s.cfg.ClusterDomain) {
+		if !slices.Contains(c.Leaf.DNSNames, name) {
+			return false
+		}
+	}
+	return true
+}
+
+// OnIssued has f called after each certificate is issued (the agent then writes its
+// placements' status again: a lane waiting for its Service name may be Ready now).
+func (s *Auto) OnIssued(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onIssued = f
 }
 
 // waitFirst waits until a certificate is there, saying every ProgressInterval what it waits

@@ -27,11 +27,13 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/agentcert"
 	"github.com/ck-synapse/synapse-fleet/node-agent/servingcert"
 )
@@ -52,6 +54,16 @@ func obtain(cfg servingcert.Config) *servingcert.Auto {
 	return s
 }
 
+// placeOn places lane on node.
+func placeOn(lane types.NamespacedName, node string) {
+	GinkgoHelper()
+	p := &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-" + node, Namespace: lane.Namespace,
+		Labels: map[string]string{v1.LabelLane: lane.Name, v1.LabelNode: node}},
+		Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: node, Identity: "gte", Task: v1.TaskEmbed, Device: v1.DeviceANE,
+			Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+	Expect(admin.Create(ctx, p)).To(Succeed())
+}
+
 // requestsOf lists the requests node's identity made.
 func requestsOf(node string) []certificatesv1.CertificateSigningRequest {
 	GinkgoHelper()
@@ -69,7 +81,7 @@ func requestsOf(node string) []certificatesv1.CertificateSigningRequest {
 var _ = Describe("An agent's serving certificate", func() {
 	It("should be issued by the fleet's signer for the node's name and address, and chain to the published bundle", func() {
 		name, identity := node("192.0.2.10")
-		ctl := agentcert.NewController(clock.RealClock{}, admin, admin, "default")
+		ctl := agentcert.NewController(clock.RealClock{}, admin, admin, "default", "cluster.local")
 		judge(func(csr *certificatesv1.CertificateSigningRequest) {
 			defer GinkgoRecover()
 			_, err := ctl.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(csr)})
@@ -96,6 +108,55 @@ var _ = Describe("An agent's serving certificate", func() {
 		reqs := requestsOf(name)
 		Expect(reqs).To(HaveLen(1))
 		Expect(reqs[0].Status.Conditions[0].Reason).To(Equal(agentcert.ReasonApproved))
+	})
+
+	It("should name the Services of the lanes placed on the node in a new certificate at once, and not those of lanes placed elsewhere", func() {
+		name, identity := node("192.0.2.13")
+		ctl := agentcert.NewController(clock.RealClock{}, admin, admin, "default", "cluster.local")
+		judge(func(csr *certificatesv1.CertificateSigningRequest) {
+			defer GinkgoRecover()
+			_, err := ctl.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(csr)})
+			Expect(err).NotTo(HaveOccurred())
+		})
+		issued := make(chan struct{}, 8)
+		s := obtain(servingcert.Config{Node: name, Addresses: []string{"192.0.2.13"}, ClusterDomain: "cluster.local", Client: identity})
+		s.OnIssued(func() { issued <- struct{}{} })
+		search := types.NamespacedName{Namespace: "default", Name: "gte-search"}
+		Expect(s.NamesLane(search)).To(BeFalse())
+
+		// The lane is placed on the node: the agent says so, and the next certificate names it.
+		placeOn(search, name)
+		s.ServeLanes([]types.NamespacedName{search})
+		Eventually(issued).WithTimeout(30 * time.Second).Should(Receive())
+		Eventually(func() bool { return s.NamesLane(search) }).WithTimeout(30 * time.Second).Should(BeTrue())
+		addr := serveTLS(s)
+		ctb := &certificatesv1.ClusterTrustBundle{}
+		Expect(admin.Get(ctx, client.ObjectKey{Name: agentcert.TrustBundle}, ctb)).To(Succeed())
+		pool := x509.NewCertPool()
+		Expect(pool.AppendCertsFromPEM([]byte(ctb.Spec.TrustBundle))).To(BeTrue())
+		for _, host := range []string{name, "gte-search.default.svc", "gte-search.default.svc.cluster.local"} {
+			_, err := served(addr, host, pool)
+			Expect(err).NotTo(HaveOccurred(), "a client calling %s", host)
+		}
+
+		// A lane placed on another node: the signer refuses the name, and the node keeps serving
+		// the certificate it has, which does not name it.
+		other := types.NamespacedName{Namespace: "default", Name: "gte-other"}
+		placeOn(other, "mac-elsewhere")
+		s.ServeLanes([]types.NamespacedName{search, other})
+		Eventually(func() []string {
+			var reasons []string
+			for _, r := range requestsOf(name) {
+				for _, c := range r.Status.Conditions {
+					reasons = append(reasons, c.Reason)
+				}
+			}
+			return reasons
+		}).WithTimeout(30 * time.Second).Should(ContainElement(agentcert.ReasonDenied))
+		Expect(s.NamesLane(other)).To(BeFalse())
+		Expect(s.NamesLane(search)).To(BeTrue())
+		_, err := served(addr, "gte-other.default.svc", pool)
+		Expect(err).To(MatchError(ContainSubstring("certificate is valid for")))
 	})
 
 	It("should rotate before expiry, new connections getting the new certificate on the same listener", func() {

@@ -20,6 +20,8 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Files is a certificate an administrator provides (--tls=files), read once when the agent
@@ -39,6 +41,17 @@ func LoadFiles(certFile, keyFile string) (*Files, error) {
 
 // Obtain has nothing to obtain: the certificate was read by LoadFiles.
 func (f *Files) Obtain(context.Context, func() bool) error { return nil }
+
+// ServeLanes does nothing: the administrator's certificate names what it names (for calls
+// through the lanes' Services, their names: see the README).
+func (f *Files) ServeLanes([]types.NamespacedName) {}
+
+// NamesLane is true: whether the administrator's certificate names the lane's Service is the
+// administrator's business, and a placement is not held back for it.
+func (f *Files) NamesLane(types.NamespacedName) bool { return true }
+
+// OnIssued does nothing: the files are read once.
+func (f *Files) OnIssued(func()) {}
 
 // GetCertificate is the TLS server's.
 func (f *Files) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) { return f.cert, nil }

@@ -65,7 +65,14 @@ var _ = Describe("The Macs' serving certificates", func() {
 			cert, err := handshake(node, node, pool)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(cert.Subject.CommonName).To(Equal(node))
-			Expect(cert.DNSNames).To(Equal([]string{node}))
+			// The node's name, and the Service names of the lanes placed on it (those of
+			// lanes the suite placed there earlier stay until the next rotation).
+			Expect(cert.DNSNames).To(ContainElement(node))
+			for _, dns := range cert.DNSNames {
+				if dns != node {
+					Expect(dns).To(MatchRegexp(`^lane-[0-9]+\.default(\.svc(\.cluster\.local)?)?$`), "%s's certificate names %s", node, dns)
+				}
+			}
 			Expect(cert.IPAddresses).To(HaveLen(1))
 			Expect(cert.IPAddresses[0].String()).To(Equal(fleet.AdvertisedAddress(node)))
 			Expect(cert.ExtKeyUsage).To(Equal([]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}))
