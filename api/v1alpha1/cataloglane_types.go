@@ -232,9 +232,10 @@ type CatalogLaneStatus struct {
 	VectorSpaceID string `json:"vectorSpaceID,omitempty"`
 
 	// endpointsVectorSpaceID is the vector space the lane's EndpointSlices were last written
-	// for, by the endpoints controller: they list no placement of another space. A blue/green
-	// rollout's old placements keep answering until it equals vectorSpaceID, then drain for a
-	// few seconds (clients act on the slices they last saw) before they retire.
+	// for, by the endpoints controller: they list no placement of another space. It is written
+	// once the lane has placements of two spaces (a rollout). A blue/green rollout's old
+	// placements keep answering until it equals vectorSpaceID, then drain for a few seconds
+	// (clients act on the slices they last saw) before they retire.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	EndpointsVectorSpaceID string `json:"endpointsVectorSpaceID,omitempty"`

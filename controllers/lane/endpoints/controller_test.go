@@ -278,6 +278,14 @@ var _ = Describe("Endpoints", func() {
 		Expect(endpointsSpace(lane)).To(Equal("gte-v2"), "the lane says its slices follow the switch: its old placements may drain")
 	})
 
+	It("should write nothing of its endpoints' vector space for a lane whose placements are all of one space: there is nothing to drain", func() {
+		lane := laneOf(1)
+		readyInSpace(lane, node("192.0.2.47", 8080), "gte-v1")
+		switchSpace(kube, lane, "gte-v1")
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.47"}}))
+		Expect(endpointsSpace(lane)).To(BeEmpty())
+	})
+
 	It("should say its EndpointSlices follow a switch of the lane's vector space only once they are written", func() {
 		lane := laneOf(1)
 		readyInSpace(lane, node("192.0.2.45", 8080), "gte-v1")
