@@ -231,14 +231,24 @@ type CatalogLaneStatus struct {
 	// +kubebuilder:validation:MaxLength=253
 	VectorSpaceID string `json:"vectorSpaceID,omitempty"`
 
-	// endpointsVectorSpaceID is the vector space the lane's EndpointSlices were last written
-	// for, by the endpoints controller: they list no placement of another space. It is written
-	// once the lane has placements of two spaces (a rollout). A blue/green rollout's old
-	// placements keep answering until it equals vectorSpaceID, then drain for a few seconds
-	// (clients act on the slices they last saw) before they retire.
+	// vectorSpaceGeneration counts the lane's switches from one vector space to another: a
+	// blue/green rollout's switch, or its rollback, each adds one.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	VectorSpaceGeneration int64 `json:"vectorSpaceGeneration,omitempty"`
+
+	// endpointsVectorSpaceID and endpointsVectorSpaceGeneration are the vector space, and the
+	// vectorSpaceGeneration, the lane's EndpointSlices were last written for by the endpoints
+	// controller: they list no placement of another space. A blue/green rollout's old
+	// placements keep answering until endpointsVectorSpaceGeneration reaches
+	// vectorSpaceGeneration, then drain for a few seconds (clients act on the slices they last
+	// saw) before they retire.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	EndpointsVectorSpaceID string `json:"endpointsVectorSpaceID,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	EndpointsVectorSpaceGeneration int64 `json:"endpointsVectorSpaceGeneration,omitempty"`
 
 	// readyReplicas is the number of placements that serve requests.
 	// +optional

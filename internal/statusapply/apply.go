@@ -120,20 +120,24 @@ func ApplyAgentPlacementStatus(ctx context.Context, c client.Client, key types.N
 // Field managers of the CatalogLane's status writers: the placement controller owns what it
 // decides and counts (the replicas, nodes, vector space and the Placed, Ready and Progressing
 // conditions), the endpoints controller the ServiceReady condition (under
-// Manager(LaneEndpointsManager, type), a manager per type) and endpointsVectorSpaceID (under
-// LaneEndpointsManager). Each applies its own part,
+// Manager(LaneEndpointsManager, type), a manager per type) and what its EndpointSlices follow
+// (under LaneEndpointsSpaceManager). Each applies its own part,
 // so neither a stale cache nor the other's write in between costs a conflict or erases the
 // other's condition (a merge patch of the conditions replaced the list whole).
 const (
 	LanePlacementManager = "synapse-lane-placement"
 	LaneEndpointsManager = "synapse-lane-endpoints"
+	// LaneEndpointsSpaceManager owns endpointsVectorSpaceID and endpointsVectorSpaceGeneration:
+	// a name of its own, since LaneEndpointsManager once applied the ServiceReady condition,
+	// which an apply of these fields under that name would drop.
+	LaneEndpointsSpaceManager = "synapse-lane-endpoints-space"
 )
 
 // LanePlacementConditions are the lane condition types the placement controller writes.
 var LanePlacementConditions = []string{v1.LaneConditionPlaced, v1.ConditionReady, v1.LaneConditionProgressing}
 
 // ApplyLanePlacementStatus writes what the placement controller reports of the lane: its
-// counts, nodes, vector space and observed generation, every one said even when zero (an
+// counts, nodes, vector space (and its generation) and observed generation, every one said even when zero (an
 // omitted field would stay at the value another manager once wrote, as after an upgrade from
 // merge patches), and of its conditions only LanePlacementConditions.
 func ApplyLanePlacementStatus(ctx context.Context, c client.Client, key types.NamespacedName, st v1.CatalogLaneStatus) error {
@@ -144,7 +148,7 @@ func ApplyLanePlacementStatus(ctx context.Context, c client.Client, key types.Na
 	return apply(ctx, c, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, "CatalogLane", LanePlacementManager,
 		map[string]any{
 			"observedGeneration": st.ObservedGeneration, "replicas": st.Replicas, "updatedReplicas": st.UpdatedReplicas,
-			"vectorSpaceID": st.VectorSpaceID, "readyReplicas": st.ReadyReplicas, "compilingReplicas": st.CompilingReplicas,
+			"vectorSpaceID": st.VectorSpaceID, "vectorSpaceGeneration": st.VectorSpaceGeneration, "readyReplicas": st.ReadyReplicas, "compilingReplicas": st.CompilingReplicas,
 			"failedReplicas": st.FailedReplicas, "nodes": nodes, "conditions": only(st.Conditions, LanePlacementConditions),
 		})
 }
@@ -157,11 +161,12 @@ func ApplyLaneCondition(ctx context.Context, c client.Client, key types.Namespac
 	}{Conditions: []metav1.Condition{cond}})
 }
 
-// ApplyLaneEndpointsSpace writes the vector space the lane's EndpointSlices were just written
-// for, under LaneEndpointsManager: the endpoints controller's alone, said even when empty.
-func ApplyLaneEndpointsSpace(ctx context.Context, c client.Client, key types.NamespacedName, space string) error {
-	return apply(ctx, c, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, "CatalogLane", LaneEndpointsManager,
-		map[string]any{"endpointsVectorSpaceID": space})
+// ApplyLaneEndpointsSpace writes the vector space, and the lane's vectorSpaceGeneration, the
+// lane's EndpointSlices were just written for, under LaneEndpointsSpaceManager: the endpoints
+// controller's alone, both said even when zero.
+func ApplyLaneEndpointsSpace(ctx context.Context, c client.Client, key types.NamespacedName, space string, generation int64) error {
+	return apply(ctx, c, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, "CatalogLane", LaneEndpointsSpaceManager,
+		map[string]any{"endpointsVectorSpaceID": space, "endpointsVectorSpaceGeneration": generation})
 }
 
 // only is the conditions of the given types.

@@ -186,26 +186,16 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 // followedSpace records, once the lane's EndpointSlices are written, the vector space they were
-// written for: a blue/green rollout's old placements drain from then, not from the switch of
-// the lane's space, which this controller may follow seconds later under load. A lane whose
-// placements are all of its one space has nothing to drain: it is recorded only once the lane
-// has placements of two spaces (a rollout), which saves a lane's first placements a write each.
+// written for and the lane's vectorSpaceGeneration with it (one switch, or its rollback, from
+// the next): a blue/green rollout's old placements drain from then, not from the switch of the
+// lane's space, which this controller may follow seconds later under load. A lane that never
+// switched (generation 0) costs no write.
 func (c *Controller) followedSpace(ctx context.Context, lane *v1.CatalogLane) error {
-	if lane.Status.EndpointsVectorSpaceID == lane.Status.VectorSpaceID {
+	st := lane.Status
+	if st.VectorSpaceGeneration == 0 || st.EndpointsVectorSpaceGeneration == st.VectorSpaceGeneration && st.EndpointsVectorSpaceID == st.VectorSpaceID {
 		return nil
 	}
-	if lane.Status.EndpointsVectorSpaceID == "" {
-		var ps v1.LanePlacementList
-		if err := c.kube.List(ctx, &ps, client.InNamespace(lane.Namespace), client.MatchingLabels{v1.LabelLane: lane.Name}); err != nil {
-			return err
-		}
-		if !slices.ContainsFunc(ps.Items, func(p v1.LanePlacement) bool {
-			return p.Spec.VectorSpaceID != "" && p.Spec.VectorSpaceID != lane.Status.VectorSpaceID
-		}) {
-			return nil
-		}
-	}
-	if err := statusapply.ApplyLaneEndpointsSpace(ctx, c.kube, client.ObjectKeyFromObject(lane), lane.Status.VectorSpaceID); err != nil {
+	if err := statusapply.ApplyLaneEndpointsSpace(ctx, c.kube, client.ObjectKeyFromObject(lane), st.VectorSpaceID, st.VectorSpaceGeneration); err != nil {
 		return fmt.Errorf("recording the vector space of lane %s's endpoints: %w", client.ObjectKeyFromObject(lane), err)
 	}
 	return nil

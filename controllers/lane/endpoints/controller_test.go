@@ -96,12 +96,16 @@ func serviceCondition(lane *v1.CatalogLane) *metav1.Condition {
 	return meta.FindStatusCondition(got.Status.Conditions, v1.LaneConditionServiceReady)
 }
 
-// endpointsSpace is the vector space the lane's status says its EndpointSlices were written for.
+// endpointsSpace is the vector space, and its generation, the lane's status says its
+// EndpointSlices were written for, as "<space>@<generation>".
 func endpointsSpace(lane *v1.CatalogLane) string {
 	GinkgoHelper()
 	got := &v1.CatalogLane{}
 	Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), got)).To(Succeed())
-	return got.Status.EndpointsVectorSpaceID
+	if got.Status.EndpointsVectorSpaceID == "" && got.Status.EndpointsVectorSpaceGeneration == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s@%d", got.Status.EndpointsVectorSpaceID, got.Status.EndpointsVectorSpaceGeneration)
 }
 
 // laneOf creates a one-rung embed lane of replicas.
@@ -132,6 +136,9 @@ func readyInSpace(lane *v1.CatalogLane, n *v1.MacNode, space string) {
 func switchSpace(c client.Client, lane *v1.CatalogLane, space string) {
 	GinkgoHelper()
 	Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), lane)).To(Succeed())
+	if lane.Status.VectorSpaceID != "" && lane.Status.VectorSpaceID != space {
+		lane.Status.VectorSpaceGeneration++ // as the placement controller counts switches
+	}
 	lane.Status.VectorSpaceID = space
 	Expect(kube.Status().Update(ctx, lane)).To(Succeed())
 	_, err := endpoints.NewController(clk, c, policy).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
@@ -275,10 +282,10 @@ var _ = Describe("Endpoints", func() {
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.42"}}))
 		Expect(kube.Get(ctx, client.ObjectKeyFromObject(slice), slice)).To(Succeed())
 		Expect(slice.Generation).To(Equal(before+1), "the switch is one update of the slice")
-		Expect(endpointsSpace(lane)).To(Equal("gte-v2"), "the lane says its slices follow the switch: its old placements may drain")
+		Expect(endpointsSpace(lane)).To(Equal("gte-v2@1"), "the lane says its slices follow the switch: its old placements may drain")
 	})
 
-	It("should write nothing of its endpoints' vector space for a lane whose placements are all of one space: there is nothing to drain", func() {
+	It("should write nothing of its endpoints' vector space for a lane that never switched spaces: there is nothing to drain", func() {
 		lane := laneOf(1)
 		readyInSpace(lane, node("192.0.2.47", 8080), "gte-v1")
 		switchSpace(kube, lane, "gte-v1")
@@ -291,7 +298,7 @@ var _ = Describe("Endpoints", func() {
 		readyInSpace(lane, node("192.0.2.45", 8080), "gte-v1")
 		readyInSpace(lane, node("192.0.2.46", 8080), "gte-v2")
 		switchSpace(kube, lane, "gte-v1")
-		Expect(endpointsSpace(lane)).To(Equal("gte-v1"))
+		Expect(endpointsSpace(lane)).To(BeEmpty(), "a lane's first space is no switch")
 
 		// The slice's update fails (the API server busy, a webhook down): the old placements
 		// may still be listed, so the lane must not say the slices follow.
@@ -305,17 +312,22 @@ var _ = Describe("Endpoints", func() {
 			},
 		})
 		Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), lane)).To(Succeed())
-		lane.Status.VectorSpaceID = "gte-v2"
+		lane.Status.VectorSpaceID, lane.Status.VectorSpaceGeneration = "gte-v2", 1
 		Expect(kube.Status().Update(ctx, lane)).To(Succeed())
 		_, err := endpoints.NewController(clk, failing, policy).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
 		Expect(err).To(MatchError(refused))
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.45"}}))
-		Expect(endpointsSpace(lane)).To(Equal("gte-v1"), "the slices still list the old space")
+		Expect(endpointsSpace(lane)).To(BeEmpty(), "the slices still list the old space")
 
 		_, err = newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.46"}}))
-		Expect(endpointsSpace(lane)).To(Equal("gte-v2"))
+		Expect(endpointsSpace(lane)).To(Equal("gte-v2@1"))
+
+		// Back to the first space (a rollback): a new generation, which the slices follow too.
+		switchSpace(kube, lane, "gte-v1")
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.45"}}))
+		Expect(endpointsSpace(lane)).To(Equal("gte-v1@2"))
 	})
 
 	It("should never list two vector spaces at once when the spaces serve on different ports: the old space's slice goes before the new one's is written", func() {

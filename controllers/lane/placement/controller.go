@@ -84,9 +84,10 @@ type Controller struct {
 	mu sync.Mutex
 	// wrote is when each lane's status was last written.
 	wrote map[types.NamespacedName]time.Time
-	// followed is when this controller first saw each lane's EndpointSlices follow its switch
-	// to a new vector space: its old placements drain until SwitchDrain after it.
-	followed map[types.NamespacedName]time.Time
+	// followed is when this controller first saw each lane's EndpointSlices follow a switch
+	// of its vector space (of that vectorSpaceGeneration): its old placements drain until
+	// SwitchDrain after it.
+	followed map[types.NamespacedName]followedSwitch
 	// said is what this controller last wrote of each lane's vector space and observed
 	// generation, which it alone writes: a reconcile that reads the lane from a cache a moment
 	// behind that write goes on from what was written, never applies the older values back
@@ -98,13 +99,21 @@ type Controller struct {
 type saidStatus struct {
 	uid        types.UID
 	space      string
+	spaceGen   int64
 	generation int64
+}
+
+// followedSwitch is when the lane's EndpointSlices were first seen to follow its switch of
+// vectorSpaceGeneration generation.
+type followedSwitch struct {
+	generation int64
+	at         time.Time
 }
 
 // NewController returns the placement controller.
 func NewController(clk clock.PassiveClock, kube client.Client, recorder events.EventRecorder) *Controller {
 	return &Controller{clk: clk, kube: kube, recorder: recorder, fleet: newFleet(clk), wrote: map[types.NamespacedName]time.Time{},
-		followed: map[types.NamespacedName]time.Time{}, said: map[types.NamespacedName]saidStatus{}}
+		followed: map[types.NamespacedName]followedSwitch{}, said: map[types.NamespacedName]saidStatus{}}
 }
 
 // Name of the controller.
@@ -133,14 +142,15 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 }
 
 // LaneChanges passes a lane's event if it changes what the lane asks (its generation) or what
-// the endpoints controller says of it: endpointsVectorSpaceID, which a blue/green rollout
-// waits for before its old placements drain, and which no other event follows (without it the
-// rollout stood still once the new space's placements were Ready). The lane's other status
-// writes, this controller's own, do not reconcile it again.
+// the endpoints controller says of it: the vector space generation its EndpointSlices follow,
+// which a blue/green rollout waits for before its old placements drain, and which no other
+// event follows (without it the rollout stood still once the new space's placements were
+// Ready). The lane's other status writes, this controller's own, do not reconcile it again.
 var LaneChanges = predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	old, ok1 := e.ObjectOld.(*v1.CatalogLane)
 	cur, ok2 := e.ObjectNew.(*v1.CatalogLane)
-	return ok1 && ok2 && old.Status.EndpointsVectorSpaceID != cur.Status.EndpointsVectorSpaceID
+	return ok1 && ok2 && (old.Status.EndpointsVectorSpaceGeneration != cur.Status.EndpointsVectorSpaceGeneration ||
+		old.Status.EndpointsVectorSpaceID != cur.Status.EndpointsVectorSpaceID)
 }})
 
 // Reconcile places one lane.
@@ -164,6 +174,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	c.mu.Lock()
 	if said, ok := c.said[req.NamespacedName]; ok && said.uid == lane.UID {
 		lane.Status.VectorSpaceID = said.space
+		lane.Status.VectorSpaceGeneration = max(lane.Status.VectorSpaceGeneration, said.spaceGen)
 		lane.Status.ObservedGeneration = max(lane.Status.ObservedGeneration, said.generation)
 	}
 	c.mu.Unlock()
@@ -197,7 +208,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	var res reconcile.Result
 	// After a switch, the endpoints controller's write of the lane's status brings the lane
-	// back; the drain then has its own wait.
+	// back (LaneChanges); should that event be missed, the lane comes back after SwitchDrain
+	// anyway. The drain then has its own wait.
+	if pl.awaitingEndpoints {
+		res.RequeueAfter = SwitchDrain
+	}
 	if pl.drainWait > 0 {
 		res.RequeueAfter = pl.drainWait
 	}
@@ -227,31 +242,39 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		c.mu.Lock()
 		c.wrote[req.NamespacedName] = c.clk.Now()
-		c.said[req.NamespacedName] = saidStatus{uid: lane.UID, space: lane.Status.VectorSpaceID, generation: lane.Status.ObservedGeneration}
+		c.said[req.NamespacedName] = saidStatus{uid: lane.UID, space: lane.Status.VectorSpaceID, spaceGen: lane.Status.VectorSpaceGeneration,
+			generation: lane.Status.ObservedGeneration}
 		c.mu.Unlock()
 	}
 	return res, nil
 }
 
 // SwitchDrain is how long the placements of a lane's old vector space keep answering after the
-// lane's EndpointSlices list only the new one (status.endpointsVectorSpaceID): a client
-// (kube-proxy, a mesh, a client-side balancer) acts on the slice it last saw for a moment
-// longer, and a call it sends to an old placement then is answered in the old space, as it was
-// sent, rather than refused lane_retired. It plays the part a Pod's termination grace and
-// preStop delay play for a Deployment's rollout.
+// lane's EndpointSlices list only the new one (status.endpointsVectorSpaceGeneration reached
+// vectorSpaceGeneration): a client (kube-proxy, a mesh, a client-side balancer) acts on the
+// slice it last saw for a moment longer, and a call it sends to an old placement then is
+// answered in the old space, as it was sent, rather than refused lane_retired. It plays the
+// part a Pod's termination grace and preStop delay play for a Deployment's rollout.
 const SwitchDrain = 5 * time.Second
 
-// followedAt is when this controller first saw the lane's EndpointSlices follow its switch; a
+// drainLeft is what is left of the drain of the lane's old placements: ok is false while the
+// lane's EndpointSlices have not followed its latest switch (they may still send clients to
+// the old). The drain runs from when this controller first saw them follow that switch; a
 // controller that restarted since drains from now.
-func (c *Controller) followedAt(lane types.NamespacedName) time.Time {
+func (c *Controller) drainLeft(lane *v1.CatalogLane) (left time.Duration, ok bool) {
+	st := lane.Status
+	if st.EndpointsVectorSpaceGeneration < st.VectorSpaceGeneration {
+		return 0, false
+	}
+	key := client.ObjectKeyFromObject(lane)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at, ok := c.followed[lane]
-	if !ok {
-		at = c.clk.Now()
-		c.followed[lane] = at
+	f, seen := c.followed[key]
+	if !seen || f.generation != st.VectorSpaceGeneration {
+		f = followedSwitch{generation: st.VectorSpaceGeneration, at: c.clk.Now()}
+		c.followed[key] = f
 	}
-	return at
+	return max(0, SwitchDrain-c.clk.Since(f.at)), true
 }
 
 // drained forgets a lane's switch once its old placements have retired.
@@ -569,6 +592,9 @@ func (c *Controller) setStatus(lane *v1.CatalogLane, identity *v1.CertifiedIdent
 	if identity != nil && len(pl.oldLive()) == 0 && !pl.editsPending {
 		st.ObservedGeneration = lane.Generation
 	}
+	if st.VectorSpaceID != "" && pl.space != st.VectorSpaceID {
+		st.VectorSpaceGeneration++
+	}
 	st.VectorSpaceID = pl.space
 	st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.CompilingReplicas, st.FailedReplicas = int32(len(pl.live)), int32(len(pl.current)), 0, 0, 0
 	st.Nodes = nil
@@ -648,7 +674,7 @@ func progress(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, pl *plan) (m
 		len(pl.current), want, identity.Name, readyNew, len(pl.oldLive()), pl.space)
 	switch {
 	case pl.awaitingEndpoints:
-		msg += "; the old retire once the lane's EndpointSlices list that space alone (status.endpointsVectorSpaceID, the endpoints controller's)"
+		msg += "; the old retire once the lane's EndpointSlices list that space alone (status.endpointsVectorSpaceGeneration reaching vectorSpaceGeneration, the endpoints controller's)"
 	case pl.drainWait > 0:
 		msg += fmt.Sprintf("; the old drain for %s after the lane's EndpointSlices left them, then retire", SwitchDrain)
 	}

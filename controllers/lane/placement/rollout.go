@@ -229,13 +229,27 @@ func (c *Controller) roll(ctx context.Context, lane *v1.CatalogLane, identity *v
 	if blueGreen {
 		pl.strategy = v1.LaneReasonBlueGreen
 	}
-	// Old placements of a space the lane no longer answers in (an earlier rollout's) serve
-	// nothing: they go. Once the lane answers in the new space, the old space's drain first
-	// (below).
-	for _, o := range pl.old {
-		if o.space != pl.space && pl.space != newSpace {
-			if err := c.retire(ctx, o); err != nil {
-				return err
+	// Old placements of a space the lane no longer answers in (an earlier rollout's, the lane
+	// edited again since) serve nothing once the lane's EndpointSlices have followed its switch
+	// and they have drained: then they go. Once the lane answers in the new space, the old
+	// space's go the same way (below).
+	// Until then no step of the rollout retires them: the slices may still list them.
+	othersMayGo := true
+	if pl.space != newSpace && slices.ContainsFunc(pl.old, func(o *oldPlacement) bool { return o.space != pl.space }) {
+		othersMayGo = false
+		switch left, followed := c.drainLeft(lane); {
+		case !followed:
+			pl.awaitingEndpoints = true
+		case left > 0:
+			pl.drainWait = left
+		default:
+			othersMayGo = true
+			for _, o := range pl.old {
+				if o.space != pl.space {
+					if err := c.retire(ctx, o); err != nil {
+						return err
+					}
+				}
 			}
 		}
 	}
@@ -256,13 +270,23 @@ func (c *Controller) roll(ctx context.Context, lane *v1.CatalogLane, identity *v
 			pl.space, pl.switched, pl.newTarget = newSpace, true, want
 			return nil
 		}
-		// Within maxSurge; maxUnavailable lets old ones go to make room (not-ready first).
-		serving := pl.oldLive()
-		excess := len(serving) - surge
-		canGo := len(serving) - (want - unavail)
+		// Within maxSurge; maxUnavailable lets old ones go to make room (not-ready first):
+		// those of the space the lane answers in (another space's serve no call, and go once
+		// they drained, above).
+		serving := 0
+		for _, o := range pl.old {
+			if !o.retired && o.space == pl.space {
+				serving++
+			}
+		}
+		excess := serving - surge
+		canGo := serving - (want - unavail)
 		for _, o := range retirementOrder(pl.old) {
 			if excess <= 0 || canGo <= 0 {
 				break
+			}
+			if o.space != pl.space && !othersMayGo {
+				continue
 			}
 			if err := c.retire(ctx, o); err != nil {
 				return err
@@ -276,22 +300,24 @@ func (c *Controller) roll(ctx context.Context, lane *v1.CatalogLane, identity *v
 
 	if blueGreen {
 		// After the switch: the old leave the endpoints once the endpoints controller has
-		// followed the lane's status (it says so in endpointsVectorSpaceID). They retire only
-		// then, and once they have drained: however long the endpoints controller takes, no
-		// client is sent by a slice to a placement that is gone.
+		// followed the lane's status (it says so in endpointsVectorSpaceGeneration, which
+		// counts switches: a rollback is never mistaken for the switch before it). They retire
+		// only then, and once they have drained: however long the endpoints controller takes,
+		// no client is sent by a slice to a placement that is gone.
 		pl.newTarget = want
 		if lane.Status.VectorSpaceID != newSpace {
 			return nil
 		}
-		if lane.Status.EndpointsVectorSpaceID != newSpace {
+		left, followed := c.drainLeft(lane)
+		if !followed {
 			pl.awaitingEndpoints = true
 			return nil
 		}
-		key := client.ObjectKeyFromObject(lane)
-		if wait := SwitchDrain - c.clk.Since(c.followedAt(key)); wait > 0 {
-			pl.drainWait = wait
+		if left > 0 {
+			pl.drainWait = left
 			return nil
 		}
+		key := client.ObjectKeyFromObject(lane)
 		// Only the other space's: placements of the new space made old by a later edit within
 		// it (the lane edited again during the drain) are the rolling update's to replace, a
 		// node at a time, not retired here before their replacements serve.

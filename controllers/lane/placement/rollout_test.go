@@ -17,6 +17,7 @@ limitations under the License.
 package placement_test
 
 import (
+	"slices"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -74,7 +75,7 @@ func endpointsFollow(l *v1.CatalogLane) {
 	GinkgoHelper()
 	got := &v1.CatalogLane{}
 	Expect(kube.Get(ctx, client.ObjectKeyFromObject(l), got)).To(Succeed())
-	Expect(statusapply.ApplyLaneEndpointsSpace(ctx, kube, client.ObjectKeyFromObject(l), got.Status.VectorSpaceID)).To(Succeed())
+	Expect(statusapply.ApplyLaneEndpointsSpace(ctx, kube, client.ObjectKeyFromObject(l), got.Status.VectorSpaceID, got.Status.VectorSpaceGeneration)).To(Succeed())
 }
 
 // report has the placement's agent report a phase for the placement's latest generation.
@@ -298,7 +299,7 @@ var _ = Describe("Lane edits", func() {
 				lane = reconcileLane(lane)
 			}
 			Expect(placements(lane)).To(HaveLen(2), "the old stay while the lane's EndpointSlices may list them")
-			Expect(condition(lane, v1.LaneConditionProgressing).Message).To(ContainSubstring("status.endpointsVectorSpaceID"))
+			Expect(condition(lane, v1.LaneConditionProgressing).Message).To(ContainSubstring("status.endpointsVectorSpaceGeneration"))
 			// Once the slices list the new space alone, the old keep answering clients that act
 			// on the slice they saw before, for SwitchDrain, on the controller's clock.
 			endpointsFollow(lane)
@@ -337,6 +338,130 @@ var _ = Describe("Lane edits", func() {
 			Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), got)).To(Succeed())
 			Expect(got.Status.VectorSpaceID).To(Equal("gte-v2"))
 			Expect(got.Status.ObservedGeneration).To(BeNumerically(">=", generation))
+		})
+
+		It("should keep the new space's placements, rolled back before the endpoints followed the switch, until the endpoints follow the rollback and they drained", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			lane := reconcileLane(newLane(id, 1))
+			reportAll(lane, v1.PhaseReady)
+			lane = settle(lane)
+			next := sibling(id, "gte-v2")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
+			lane = reconcileLane(lane)
+			for _, p := range placements(lane) {
+				if p.Spec.Identity == next.Name {
+					report(p, v1.PhaseReady)
+				}
+			}
+			lane = reconcileLane(lane)
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
+			Expect(lane.Status.VectorSpaceGeneration).To(BeEquivalentTo(1))
+			// Rolled back before the endpoints controller followed the switch: the old space's
+			// placements are still Ready, so the lane switches straight back.
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = id.Name })
+			lane = reconcileLane(lane)
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte"))
+			Expect(lane.Status.VectorSpaceGeneration).To(BeEquivalentTo(2))
+			// The endpoints controller last recorded gte, before either switch, and lags: it may
+			// have written slices listing gte-v2 since, so that placement stays, however long
+			// it takes (a record of the space alone, gte, would read as followed).
+			Expect(statusapply.ApplyLaneEndpointsSpace(ctx, kube, client.ObjectKeyFromObject(lane), "gte", 0)).To(Succeed())
+			for range 4 {
+				clk.Step(placement.SwitchDrain)
+				lane = reconcileLane(lane)
+			}
+			Expect(placements(lane)).To(HaveLen(2), "the slices may still list the rolled-back space")
+			endpointsFollow(lane)
+			lane = reconcileLane(lane)
+			Expect(placements(lane)).To(HaveLen(2), "it drains first")
+			clk.Step(placement.SwitchDrain)
+			lane = reconcileLane(lane)
+			Expect(placements(lane)).To(HaveLen(1))
+			for _, p := range placements(lane) {
+				Expect(p.Spec.Identity).To(Equal(id.Name))
+			}
+		})
+
+		It("should drain the old space of every switch anew, never go on from an earlier switch's drain", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			newNode()
+			lane, next := switchedToV2(id) // the endpoints followed; gte's drain runs from now
+			// The lane moves on to a third space: gte's placement goes once drained, making
+			// room; the third's comes up, and the lane switches once it is Ready.
+			third := sibling(id, "gte-v3")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = third.Name })
+			clk.Step(placement.SwitchDrain)
+			lane = reconcileLane(lane)
+			retired(lane)
+			lane = reconcileLane(lane)
+			for _, p := range placements(lane) {
+				if p.Spec.Identity == third.Name {
+					report(p, v1.PhaseReady)
+				}
+			}
+			lane = reconcileLane(lane)
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v3"))
+			Expect(lane.Status.VectorSpaceGeneration).To(BeEquivalentTo(2))
+			endpointsFollow(lane)
+			// gte-v2's placement drains from when the slices followed this switch, not from the
+			// first switch's drain, which is long over.
+			lane = reconcileLane(lane)
+			clk.Step(placement.SwitchDrain - time.Millisecond)
+			lane = reconcileLane(lane)
+			identities := func() []string {
+				var out []string
+				for _, p := range placements(lane) {
+					out = append(out, p.Spec.Identity)
+				}
+				slices.Sort(out)
+				return out
+			}
+			Expect(identities()).To(ConsistOf(next.Name, third.Name), "gte-v2 drains first")
+			clk.Step(time.Millisecond)
+			lane = reconcileLane(lane)
+			Expect(identities()).To(Equal([]string{third.Name}))
+		})
+
+		It("should not retire the old space's placements the slices may still list when the lane is edited to a third space before the endpoints followed", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			newNode()
+			lane := reconcileLane(newLane(id, 1))
+			reportAll(lane, v1.PhaseReady)
+			lane = settle(lane)
+			next := sibling(id, "gte-v2")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
+			lane = reconcileLane(lane)
+			for _, p := range placements(lane) {
+				if p.Spec.Identity == next.Name {
+					report(p, v1.PhaseReady)
+				}
+			}
+			lane = reconcileLane(lane)
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
+			third := sibling(id, "gte-v3")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = third.Name })
+			for range 3 {
+				clk.Step(placement.SwitchDrain)
+				lane = reconcileLane(lane)
+			}
+			kept := false
+			for _, p := range placements(lane) {
+				kept = kept || p.Spec.Identity == id.Name
+			}
+			Expect(kept).To(BeTrue(), "gte's placement goes only once the slices list gte-v2 alone: %v", placements(lane))
+			endpointsFollow(lane)
+			lane = reconcileLane(lane)
+			clk.Step(placement.SwitchDrain)
+			lane = reconcileLane(lane)
+			for _, p := range placements(lane) {
+				Expect(p.Spec.Identity).NotTo(Equal(id.Name))
+			}
 		})
 
 		It("should not retire the new space's placements when the lane is edited again within that space during the drain", func() {
