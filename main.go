@@ -66,7 +66,6 @@ func main() {
 	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the leader's last renewal before it takes over")
 	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps retrying a renewal before it gives up leading (and exits): raise it where the API server is slow to answer")
 	flag.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often leader election is tried and the lease renewed")
-	flag.StringVar(&opts.ClusterDomain, "cluster-domain", fleetv1alpha1.DefaultClusterDomain, "the cluster's DNS domain: the Macs' serving certificates name the lanes placed on them as <lane>.<namespace>.svc and <lane>.<namespace>.svc.<domain>")
 	flag.DurationVar(&opts.NodeGracePeriod, "node-grace-period", lifecycle.DefaultGracePeriod, "how old a node's Lease may get before the node is Unknown")
 	flag.DurationVar(&opts.NodeEvictionTimeout, "node-eviction-timeout", lifecycle.DefaultEvictionTimeout, "how long a node may stay Unknown before its placements are re-placed")
 	flag.Float64Var(&opts.NodeEvictionRate, "node-eviction-rate", lifecycle.DefaultEvictionRate, "how many lost nodes a second may have their placements re-placed")

@@ -53,9 +53,6 @@ type Options struct {
 	// past the cache. Without a Namespace no agent serving certificate is issued.
 	Namespace string
 	Reader    client.Reader
-	// ClusterDomain is the cluster's DNS domain: a Mac's serving certificate names the lanes
-	// placed on it as <lane>.<namespace>.svc and <lane>.<namespace>.svc.<ClusterDomain>.
-	ClusterDomain string
 }
 
 // NewControllers lists every controller, with every dependency given here.
@@ -70,7 +67,7 @@ func NewControllers(clk clock.Clock, kube client.Client, recorder events.EventRe
 			WithEvictionRate(opts.NodeEvictionRate).WithUnhealthyThreshold(opts.UnhealthyThreshold),
 	}
 	if opts.Namespace != "" {
-		cs = append(cs, agentcert.NewController(clk, kube, opts.Reader, opts.Namespace, opts.ClusterDomain))
+		cs = append(cs, agentcert.NewController(clk, kube, opts.Reader, opts.Namespace))
 	}
 	return cs
 }

@@ -16,20 +16,14 @@ limitations under the License.
 
 package v1alpha1
 
-// DefaultClusterDomain is the cluster's DNS domain when none is configured, as the kubelet's
-// --cluster-domain default.
-const DefaultClusterDomain = "cluster.local"
-
-// LaneServiceDNSNames are the DNS names a client in the cluster calls a lane's Service by
-// (kubernetes/dns docs/specification.md, "ClusterIP Services": <service>.<ns>.svc.<zone>, and
-// the shorter forms a pod's DNS search path completes), each bound to the lane's namespace:
-// <lane>.<ns>, <lane>.<ns>.svc and <lane>.<ns>.svc.<domain>. A Mac's serving certificate
-// names them for every lane placed on it, so that a call through the Service verifies. The
-// bare <lane> is not among them: it names a lane of any namespace.
-func LaneServiceDNSNames(namespace, lane, clusterDomain string) []string {
-	names := []string{lane + "." + namespace, lane + "." + namespace + ".svc"}
-	if clusterDomain != "" {
-		names = append(names, names[1]+"."+clusterDomain)
-	}
-	return names
+// LaneServiceDNSName is the DNS name a client in the cluster calls a lane's Service by:
+// <lane>.<namespace>.svc (kubernetes/dns docs/specification.md, "ClusterIP Services", the
+// <service>.<ns>.svc form a pod's search path completes to the cluster's zone). A Mac's
+// serving certificate names it for every lane placed on it, so that a call through the Service
+// verifies. Only this form: the bare <lane> names a lane of any namespace; <lane>.<namespace>
+// may be a public name (a lane "google" in namespace "dev"); and the qualified
+// <lane>.<namespace>.svc.<zone> depends on a cluster domain the agent and the signer would
+// have to agree on, or every request naming it is denied.
+func LaneServiceDNSName(namespace, lane string) string {
+	return lane + "." + namespace + ".svc"
 }

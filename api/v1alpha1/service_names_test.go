@@ -16,18 +16,14 @@ limitations under the License.
 
 package v1alpha1
 
-import (
-	"slices"
-	"testing"
-)
+import "testing"
 
-func TestALanesServiceNamesAreBoundToItsNamespace(t *testing.T) {
-	got := LaneServiceDNSNames("team-a", "gte-search", "cluster.local")
-	want := []string{"gte-search.team-a", "gte-search.team-a.svc", "gte-search.team-a.svc.cluster.local"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("got %v, want %v", got, want)
+func TestALanesServiceNameIsBoundToItsNamespaceAndNeverAPublicName(t *testing.T) {
+	if got := LaneServiceDNSName("team-a", "gte-search"); got != "gte-search.team-a.svc" {
+		t.Fatalf("got %q, want gte-search.team-a.svc", got)
 	}
-	if got := LaneServiceDNSNames("team-a", "gte-search", ""); !slices.Equal(got, want[:2]) {
-		t.Fatalf("without a cluster domain: got %v, want %v", got, want[:2])
+	// A lane "google" in namespace "dev" must not be certified as google.dev.
+	if got := LaneServiceDNSName("dev", "google"); got != "google.dev.svc" {
+		t.Fatalf("got %q, want google.dev.svc", got)
 	}
 }

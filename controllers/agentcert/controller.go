@@ -19,6 +19,7 @@ package agentcert
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -68,15 +69,13 @@ type Controller struct {
 	kube      client.Client
 	reader    client.Reader
 	namespace string
-	// clusterDomain qualifies the lanes' Service names a certificate may hold.
-	clusterDomain string
 }
 
 // NewController returns the controller; the CA's Secret (in namespace) and the requesters'
 // MacNodes and placements are read uncached, by reader. A request may name the Services of the
-// lanes placed on its node, short and qualified by clusterDomain.
-func NewController(clk clock.PassiveClock, kube client.Client, reader client.Reader, namespace, clusterDomain string) *Controller {
-	return &Controller{clk: clk, kube: kube, reader: reader, namespace: namespace, clusterDomain: clusterDomain}
+// lanes placed on its node (LaneServiceDNSName).
+func NewController(clk clock.PassiveClock, kube client.Client, reader client.Reader, namespace string) *Controller {
+	return &Controller{clk: clk, kube: kube, reader: reader, namespace: namespace}
 }
 
 // Name of the controller.
@@ -162,7 +161,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 // laneServices are the Service DNS names of the lanes placed on node, read from the API server
 // as the node is: an agent asks for a certificate naming a lane as soon as it sees the lane's
-// placement.
+// placement. A lane whose name is taken by a Service that is not its own (one the endpoints
+// controller never takes over: kubernetes in default, say) is left out: no Mac is certified for
+// another Service's name.
 func (c *Controller) laneServices(ctx context.Context, node string) ([]string, error) {
 	var ps v1.LanePlacementList
 	if err := c.reader.List(ctx, &ps, client.MatchingLabels{v1.LabelNode: node}); err != nil {
@@ -170,11 +171,31 @@ func (c *Controller) laneServices(ctx context.Context, node string) ([]string, e
 	}
 	var out []string
 	for _, p := range ps.Items {
-		if p.Spec.Node == node && p.DeletionTimestamp.IsZero() {
-			out = append(out, v1.LaneServiceDNSNames(p.Namespace, p.Spec.Lane, c.clusterDomain)...)
+		if p.Spec.Node != node || !p.DeletionTimestamp.IsZero() {
+			continue
 		}
+		svc := &corev1.Service{}
+		err := c.reader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Spec.Lane}, svc)
+		switch {
+		case apierrors.IsNotFound(err):
+			// Not created yet: the endpoints controller creates it, and no one else may take
+			// the name from a lane's.
+		case err != nil:
+			return nil, err
+		case !laneService(svc, p.Spec.Lane):
+			continue
+		}
+		out = append(out, v1.LaneServiceDNSName(p.Namespace, p.Spec.Lane))
 	}
 	return out, nil
+}
+
+// laneService reports whether svc is a lane's Service: the lane named lane controls it, as the
+// endpoints controller marks it.
+func laneService(svc *corev1.Service, lane string) bool {
+	ref := metav1.GetControllerOf(svc)
+	return svc.Labels[v1.LabelLane] == lane && ref != nil && ref.Kind == "CatalogLane" && ref.Name == lane &&
+		strings.HasPrefix(ref.APIVersion, v1.GroupVersion.Group+"/")
 }
 
 func (c *Controller) fail(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, msg string) error {

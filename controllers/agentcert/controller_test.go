@@ -170,7 +170,7 @@ var _ = Describe("Agent serving certificates", func() {
 	It("should approve a request naming the Services of the lanes placed on the node, so that a call through a lane's Service verifies", func() {
 		node := macNode("192.0.2.13")
 		placeOn("gte-search", node)
-		names := []string{node, "gte-search.default.svc", "gte-search.default.svc.cluster.local"}
+		names := []string{node, "gte-search.default.svc"}
 		csr := reconcileUntilSettled(newController(), submit("synapse-node-"+node, request{cn: node, dns: names, ips: []string{"192.0.2.13"}}))
 		Expect(condition(csr, certificatesv1.CertificateApproved)).NotTo(BeNil(), "%+v", csr.Status)
 		cert := leaf(csr)
@@ -182,12 +182,13 @@ var _ = Describe("Agent serving certificates", func() {
 		}
 	})
 
-	It("should deny a lane's Service name to a node the lane is not placed on, or no longer is", func() {
+	It("should deny a lane's Service name to a node the lane is not placed on, or no longer is, or whose name another Service holds, and any other form of it", func() {
 		here, there := macNode("192.0.2.14"), macNode("192.0.2.15")
 		placeOn("gte-there", there)
 		gone := placeOn("gte-gone", here)
 		Expect(kube.Delete(ctx, gone)).To(Succeed())
-		for _, dns := range []string{"gte-there.default.svc", "gte-gone.default.svc", "gte-there.default.svc.other.domain"} {
+		placeOn("kubernetes", here) // a lane whose name the API server's own Service holds
+		for _, dns := range []string{"gte-there.default.svc", "gte-gone.default.svc", "kubernetes.default.svc", "gte-there.default", "gte-there.default.svc.cluster.local"} {
 			csr := reconcileUntilSettled(newController(), submit("synapse-node-"+here, request{cn: here, dns: []string{here, dns}}))
 			denied := condition(csr, certificatesv1.CertificateDenied)
 			Expect(denied).NotTo(BeNil(), "%s: not denied: %+v", dns, csr.Status)

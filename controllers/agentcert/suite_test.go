@@ -59,7 +59,7 @@ var (
 func TestAgentCert(t *testing.T) { testenv.RunSpecs(t, "Agent serving certificates") }
 
 func newController() *agentcert.Controller {
-	return agentcert.NewController(clk, kube, kube, caNamespace, "cluster.local")
+	return agentcert.NewController(clk, kube, kube, caNamespace)
 }
 
 // identity is a ServiceAccount of synapse-nodes named sa, as a client-go clientset.

@@ -106,9 +106,6 @@ type Config struct {
 	// DrainTimeout bounds how long a stopping agent waits, its server still answering, for
 	// the lanes' endpoints to stop listing its placements as ready (10 s if zero).
 	DrainTimeout time.Duration
-	// ClusterDomain qualifies the lanes' Service names (cluster.local if empty), which the
-	// serving certificate names and the placements' status cites.
-	ClusterDomain string
 	// Auth lets calls into the HTTP API (apiauth.Delegating; apiauth.Anonymous only when asked
 	// for). Without it no call but the probes is let in. Its metrics, if it has any, are served
 	// with the agent's.

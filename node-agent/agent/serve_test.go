@@ -195,7 +195,6 @@ func TestAPlacementIsNotReadyUntilTheCertificateNamesItsLanesService(t *testing.
 	a, _, _ := newTestAgent(t, p)
 	cert := &namingCert{named: map[types.NamespacedName]bool{}}
 	a.cfg.TLS = cert
-	a.cfg.ClusterDomain = "cluster.local"
 	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 	service := types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.Lane}
 	loadReady(t, a, p)
@@ -211,7 +210,7 @@ func TestAPlacementIsNotReadyUntilTheCertificateNamesItsLanesService(t *testing.
 	a.placementStatus(key, got)
 	c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady)
 	if got.Status.Phase != v1.PhaseLoading || c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1.PlacementReasonAwaitingServingCertificate ||
-		!strings.Contains(c.Message, p.Spec.Lane+"."+p.Namespace+".svc.cluster.local") {
+		!strings.Contains(c.Message, p.Spec.Lane+"."+p.Namespace+".svc") {
 		t.Fatalf("while the certificate does not name the lane's Service: phase %s, Ready %+v", got.Status.Phase, c)
 	}
 	cert.mu.Lock()
@@ -221,5 +220,16 @@ func TestAPlacementIsNotReadyUntilTheCertificateNamesItsLanesService(t *testing.
 	a.placementStatus(key, got)
 	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady); got.Status.Phase != v1.PhaseReady || c == nil || c.Status != metav1.ConditionTrue {
 		t.Fatalf("once the certificate names it: phase %s, Ready %+v", got.Status.Phase, c)
+	}
+	// A placement being retired is not asked for: the signer would deny the whole request.
+	a.mu.Lock()
+	a.lanes[key].state = laneRetiring
+	a.mu.Unlock()
+	a.statusPass(context.Background(), newStatusBook())
+	cert.mu.Lock()
+	served = slices.Clone(cert.served)
+	cert.mu.Unlock()
+	if len(served) != 0 {
+		t.Fatalf("the certificate was asked to serve %v while the lane's placement retires", served)
 	}
 }

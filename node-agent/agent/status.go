@@ -177,13 +177,17 @@ func (a *Agent) statusPass(ctx context.Context, book *statusBook) int {
 	return n
 }
 
-// placedLanes are the lanes placed on the node (namespace and lane name).
+// placedLanes are the lanes placed on the node (namespace and lane name), but those whose
+// placement is being retired: the signer names no lane whose placement is going, and a
+// request naming one would be denied whole.
 func (a *Agent) placedLanes() []types.NamespacedName {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make([]types.NamespacedName, 0, len(a.lanes))
 	for k, l := range a.lanes {
-		out = append(out, types.NamespacedName{Namespace: k.Namespace, Name: l.spec.Lane})
+		if l.state != laneRetiring {
+			out = append(out, types.NamespacedName{Namespace: k.Namespace, Name: l.spec.Lane})
+		}
 	}
 	return out
 }
@@ -340,7 +344,7 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 	case unnamed:
 		reason, message = v1.PlacementReasonAwaitingServingCertificate,
 			fmt.Sprintf("the lane is loaded and checked; it is Ready once the node's serving certificate names its Service (%s), which the node has asked the fleet's signer for",
-				strings.Join(v1.LaneServiceDNSNames(service.Namespace, service.Name, a.cfg.ClusterDomain), ", "))
+				v1.LaneServiceDNSName(service.Namespace, service.Name))
 	}
 	set(v1.ConditionReady, ready, reason, message)
 	return true

@@ -60,7 +60,6 @@ type options struct {
 	auth, authAudience, adminSocket                     string
 	tls, tlsCertFile, tlsKeyFile, tlsDir                string
 	tlsWait                                             time.Duration
-	clusterDomain                                       string
 	labels                                              map[string]string
 	simScale                                            float64
 	budget                                              int
@@ -114,7 +113,6 @@ explicitly (--backend sim): an agent never switches to it on its own.`,
 	f.StringVar(&o.tlsCertFile, "tls-cert-file", "", "--tls=files: the serving certificate (PEM, the leaf first)")
 	f.StringVar(&o.tlsKeyFile, "tls-key-file", "", "--tls=files: the serving certificate's key (PEM)")
 	f.StringVar(&o.tlsDir, "tls-cert-dir", "", "--tls=auto: where the serving certificate and its key are kept across restarts (default <state-dir>/pki)")
-	f.StringVar(&o.clusterDomain, "cluster-domain", v1.DefaultClusterDomain, "the cluster's DNS domain: the serving certificate names each lane placed on the node as <lane>.<namespace>.svc and <lane>.<namespace>.svc.<domain>, as the controller's --cluster-domain does")
 	f.DurationVar(&o.tlsWait, "tls-wait-timeout", servingcert.DefaultWaitTimeout, "--tls=auto: how long the agent waits for its first serving certificate before it exits saying what became of its request")
 	gf := flag.NewFlagSet("", flag.ContinueOnError)
 	zapOpts.BindFlags(gf)
@@ -219,7 +217,7 @@ func run(cmd *cobra.Command, o options) error {
 		ArtifactRoot: o.artifactRoot, ChipFamily: family, ConverterVersion: converter,
 		Budget: o.budget, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval, Address: o.advertise, Listen: o.listen, Host: host, LockPath: o.lockPath, Clock: clk, Log: log,
 		CertifyObservation: o.certifyObservation,
-		Auth:               auth, AdminSocket: o.adminSocket, TLS: cert, ClusterDomain: o.clusterDomain,
+		Auth:               auth, AdminSocket: o.adminSocket, TLS: cert,
 	})
 	ctx, cancel := context.WithCancel(ctrl.SetupSignalHandler())
 	defer cancel()
@@ -266,7 +264,7 @@ func servingCertificate(o options, restConfig *rest.Config, clk clock.WithTicker
 		if dir == "" {
 			dir = filepath.Join(o.stateDir, "pki")
 		}
-		return servingcert.New(servingcert.Config{Node: o.nodeName, Addresses: []string{o.advertise}, ClusterDomain: o.clusterDomain, Client: cs, Dir: dir,
+		return servingcert.New(servingcert.Config{Node: o.nodeName, Addresses: []string{o.advertise}, Client: cs, Dir: dir,
 			WaitTimeout: o.tlsWait, Clock: clk, Log: log.WithName("tls")})
 	case "files":
 		if o.tlsCertFile == "" || o.tlsKeyFile == "" {

@@ -69,9 +69,6 @@ type Config struct {
 	// Addresses are the IP addresses the node advertises (its MacNode's InternalIP), which the
 	// certificate names beside the node's name.
 	Addresses []string
-	// ClusterDomain qualifies the Service names of the lanes placed on the node (ServeLanes),
-	// which the certificate names too.
-	ClusterDomain string
 	// Client is the node's own identity: the signer approves only a request it made.
 	Client kubernetes.Interface
 	// Dir keeps the certificate and its key across restarts (client-go's file store, as the
@@ -222,7 +219,7 @@ func (s *Auto) stored(c *tls.Certificate) {
 }
 
 // ServeLanes says which lanes are placed on the node: the certificate names their Services
-// (<lane>.<namespace>.svc, and qualified by the cluster domain), so that a client calling a
+// (<lane>.<namespace>.svc), so that a client calling a
 // lane through its Service verifies the node's certificate. A lane added asks for a new
 // certificate at once: the manager checks its template every second and replaces a
 // certificate that lacks a name the template holds (kubernetes/client-go
@@ -231,7 +228,7 @@ func (s *Auto) stored(c *tls.Certificate) {
 func (s *Auto) ServeLanes(lanes []types.NamespacedName) {
 	names := []string{s.cfg.Node}
 	for _, l := range lanes {
-		names = append(names, v1.LaneServiceDNSNames(l.Namespace, l.Name, s.cfg.ClusterDomain)...)
+		names = append(names, v1.LaneServiceDNSName(l.Namespace, l.Name))
 	}
 	slices.Sort(names[1:])
 	names = slices.Compact(names)
@@ -253,12 +250,7 @@ func (s *Auto) NamesLane(lane types.NamespacedName) bool {
 	if err != nil || c.Leaf == nil {
 		return false
 	}
-	for _, name := range v1.LaneServiceDNSNames(lane.Namespace, lane.Name, s.cfg.ClusterDomain) {
-		if !slices.Contains(c.Leaf.DNSNames, name) {
-			return false
-		}
-	}
-	return true
+	return slices.Contains(c.Leaf.DNSNames, v1.LaneServiceDNSName(lane.Namespace, lane.Name))
 }
 
 // OnIssued has f called after each certificate is issued (the agent then writes its
@@ -298,17 +290,24 @@ func (s *Auto) waitFirst(ctx context.Context) error {
 // first, or after the current one expired unrenewed).
 var errNoCertificate = errors.New("no valid serving certificate: the request to signer " + SignerName + " is not signed yet, or the last certificate expired unrenewed")
 
-// GetCertificate is the TLS server's: the manager's current certificate. The manager makes a
-// certificate current only after its store returns it, so in that instant (the first one
-// included) the one just stored is served, if it has not expired.
+// GetCertificate is the TLS server's: the manager's current certificate, or the one just
+// stored if it is newer. The manager makes a certificate current only after its store returns
+// it, so in that instant (the first one included) the one just stored is served, if it has not
+// expired; NamesLane reads the same.
 func (s *Auto) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	latest := s.latest.Load()
+	if latest != nil && !s.cfg.Clock.Now().Before(latest.Leaf.NotAfter) {
+		latest = nil
+	}
 	if m := s.manager.Load(); m != nil {
-		if c := (*m).Current(); c != nil {
+		// The one just stored, if the manager has not made it current yet: a placement made
+		// Ready because it names the lane's Service is served with it.
+		if c := (*m).Current(); c != nil && (latest == nil || latest == c || latest.Leaf.NotAfter.Before(c.Leaf.NotAfter)) {
 			return c, nil
 		}
 	}
-	if c := s.latest.Load(); c != nil && s.cfg.Clock.Now().Before(c.Leaf.NotAfter) {
-		return c, nil
+	if latest != nil {
+		return latest, nil
 	}
 	return nil, errNoCertificate
 }

@@ -56,6 +56,9 @@ func (p *Process) Exchange(ctx context.Context, rung int, payload []byte) ([]byt
 	id := p.nextID
 	req := executeFrame(p.frame[:0], id, rung, payload)
 	p.frame = req
+	if cap(p.frame) > keptFrame {
+		p.frame = nil // a large batch's buffer is not kept for the worker's life
+	}
 	var frame []byte
 	if err := p.bounded(ctx, p.cfg.CallTimeout, func() error {
 		if err := p.w.WriteFrame(req); err != nil {
@@ -69,6 +72,9 @@ func (p *Process) Exchange(ctx context.Context, rung int, payload []byte) ([]byt
 	}
 	return executeReply(id, frame)
 }
+
+// keptFrame bounds the request buffer a worker's host keeps between calls.
+const keptFrame = 1 << 20
 
 // executeFrame appends the Request frame of id that executes payload on rung. The rung is
 // appended to the Execute's fields: of a scalar field encoded twice the last is the value
