@@ -182,13 +182,28 @@ var _ = Describe("Agent serving certificates", func() {
 		}
 	})
 
-	It("should deny a lane's Service name to a node the lane is not placed on, or no longer is, or whose name another Service holds, and any other form of it", func() {
+	It("should leave out of the certificate a lane's Service name the node may not hold (the lane is not placed on it, or no longer is, or another Service holds its name), and certify the rest", func() {
 		here, there := macNode("192.0.2.14"), macNode("192.0.2.15")
 		placeOn("gte-there", there)
 		gone := placeOn("gte-gone", here)
 		Expect(kube.Delete(ctx, gone)).To(Succeed())
 		placeOn("kubernetes", here) // a lane whose name the API server's own Service holds
-		for _, dns := range []string{"gte-there.default.svc", "gte-gone.default.svc", "kubernetes.default.svc", "gte-there.default", "gte-there.default.svc.cluster.local"} {
+		placeOn("gte-here", here)
+		refused := []string{"gte-there.default.svc", "gte-gone.default.svc", "kubernetes.default.svc"}
+		csr := reconcileUntilSettled(newController(), submit("synapse-node-"+here,
+			request{cn: here, dns: append([]string{here, "gte-here.default.svc"}, refused...), ips: []string{"192.0.2.14"}}))
+		approved := condition(csr, certificatesv1.CertificateApproved)
+		Expect(approved).NotTo(BeNil(), "%+v", csr.Status)
+		for _, dns := range refused {
+			Expect(approved.Message).To(ContainSubstring(dns))
+		}
+		Expect(leaf(csr).DNSNames).To(Equal([]string{here, "gte-here.default.svc"}), "the node keeps its own names and its other lanes'")
+	})
+
+	It("should deny a request naming a DNS name of any other form", func() {
+		here := macNode("192.0.2.16")
+		placeOn("gte-form", here)
+		for _, dns := range []string{"gte-form.default", "gte-form.default.svc.cluster.local", "kubernetes.default.svc.cluster.local"} {
 			csr := reconcileUntilSettled(newController(), submit("synapse-node-"+here, request{cn: here, dns: []string{here, dns}}))
 			denied := condition(csr, certificatesv1.CertificateDenied)
 			Expect(denied).NotTo(BeNil(), "%s: not denied: %+v", dns, csr.Status)
@@ -238,7 +253,9 @@ var _ = Describe("Agent serving certificates", func() {
 		Entry("for an address the node does not report", func(n string) string { return "synapse-node-" + n },
 			func(n string) request { return request{cn: n, dns: []string{n}, ips: []string{"10.0.0.1"}} }, "IP address 10.0.0.1 is not one"),
 		Entry("for another DNS name", func(n string) string { return "synapse-node-" + n },
-			func(n string) request { return request{cn: n, dns: []string{"kubernetes.default.svc"}} }, "DNS name kubernetes.default.svc"),
+			func(n string) request { return request{cn: n, dns: []string{"api.example.com"}} }, "DNS name api.example.com"),
+		Entry("for nothing but a Service name it may not hold", func(n string) string { return "synapse-node-" + n },
+			func(n string) request { return request{cn: n, dns: []string{"kubernetes.default.svc"}} }, "names neither the node nor an address it may hold"),
 		Entry("for client auth", func(n string) string { return "synapse-node-" + n },
 			func(n string) request {
 				return request{cn: n, dns: []string{n}, usages: []certificatesv1.KeyUsage{certificatesv1.UsageServerAuth, certificatesv1.UsageClientAuth}}

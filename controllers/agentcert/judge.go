@@ -57,64 +57,83 @@ var allowedUsages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignatu
 
 // Judge says why the CSR may not be approved for node (nil: it may): its requester must be the
 // node's own identity, its subject the node, its names the node's name, host names it reports
-// or the Service names of lanes placed on it (services), its addresses the node's reported
-// addresses, its usages those of a TLS server, its key one of today's.
-func Judge(csr *certificatesv1.CertificateSigningRequest, node *v1.MacNode, services []string) (*x509.CertificateRequest, error) {
+// or lanes' Service names (<lane>.<namespace>.svc), its addresses the node's reported
+// addresses, its usages those of a TLS server, its key one of today's. Of the Service names,
+// only those of lanes placed on the node that hold their name (services) are certified; the
+// others are left out of the returned request, which is what is signed, and listed in left:
+// one lane's name that cannot be certified (its placement just went, another Service holds its
+// name) never costs the node the certificate for its own names and its other lanes.
+func Judge(csr *certificatesv1.CertificateSigningRequest, node *v1.MacNode, services []string) (req *x509.CertificateRequest, left []string, err error) {
 	name := NodeOf(csr)
 	if name == "" || node == nil || node.Name != name {
-		return nil, fmt.Errorf("%s is not a node identity (ServiceAccount synapse-nodes/synapse-node-<node>) of a registered MacNode", csr.Spec.Username)
+		return nil, nil, fmt.Errorf("%s is not a node identity (ServiceAccount synapse-nodes/synapse-node-<node>) of a registered MacNode", csr.Spec.Username)
 	}
 	block, _ := pem.Decode(csr.Spec.Request)
 	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return nil, fmt.Errorf("the request is not a PEM CERTIFICATE REQUEST")
+		return nil, nil, fmt.Errorf("the request is not a PEM CERTIFICATE REQUEST")
 	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
+	req, err = x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("the request does not parse: %w", err)
+		return nil, nil, fmt.Errorf("the request does not parse: %w", err)
 	}
 	if err := req.CheckSignature(); err != nil {
-		return nil, fmt.Errorf("the request's signature does not verify: %w", err)
+		return nil, nil, fmt.Errorf("the request's signature does not verify: %w", err)
 	}
 	if req.Subject.CommonName != name || len(req.Subject.Organization) > 0 {
-		return nil, fmt.Errorf("the subject must be CN=%s and nothing else, not %s", name, req.Subject)
+		return nil, nil, fmt.Errorf("the subject must be CN=%s and nothing else, not %s", name, req.Subject)
 	}
 	if len(req.EmailAddresses) > 0 || len(req.URIs) > 0 {
-		return nil, fmt.Errorf("a serving certificate names no e-mail addresses or URIs")
+		return nil, nil, fmt.Errorf("a serving certificate names no e-mail addresses or URIs")
 	}
 	if len(req.DNSNames) == 0 && len(req.IPAddresses) == 0 {
-		return nil, fmt.Errorf("the request names neither the node nor an address")
+		return nil, nil, fmt.Errorf("the request names neither the node nor an address")
 	}
+	var kept []string
 	for _, dns := range req.DNSNames {
-		if dns != name && !hasAddress(node, v1.NodeAddressType("Hostname"), dns) && !slices.Contains(services, dns) {
-			return nil, fmt.Errorf("DNS name %s is neither node %s's name, a host name it reports, nor the Service name of a lane placed on it", dns, name)
+		switch {
+		case dns == name || hasAddress(node, v1.NodeAddressType("Hostname"), dns) || slices.Contains(services, dns):
+			kept = append(kept, dns)
+		case serviceShaped(dns):
+			left = append(left, dns)
+		default:
+			return nil, nil, fmt.Errorf("DNS name %s is neither node %s's name, a host name it reports, nor a lane's Service name (<lane>.<namespace>.svc)", dns, name)
 		}
+	}
+	req.DNSNames = kept
+	if len(kept) == 0 && len(req.IPAddresses) == 0 {
+		return nil, nil, fmt.Errorf("the request names neither the node nor an address it may hold")
 	}
 	for _, ip := range req.IPAddresses {
 		if !hasIP(node, ip) {
-			return nil, fmt.Errorf("IP address %s is not one node %s reports", ip, name)
+			return nil, nil, fmt.Errorf("IP address %s is not one node %s reports", ip, name)
 		}
 	}
 	if !slices.Contains(csr.Spec.Usages, certificatesv1.UsageServerAuth) {
-		return nil, fmt.Errorf("the usages must include server auth")
+		return nil, nil, fmt.Errorf("the usages must include server auth")
 	}
 	for _, u := range csr.Spec.Usages {
 		if !slices.Contains(allowedUsages, u) {
-			return nil, fmt.Errorf("usage %q is not a TLS server's", u)
+			return nil, nil, fmt.Errorf("usage %q is not a TLS server's", u)
 		}
 	}
 	switch k := req.PublicKey.(type) {
 	case *ecdsa.PublicKey:
 		if k.Curve.Params().BitSize < 256 {
-			return nil, fmt.Errorf("an ECDSA key must be P-256 or larger")
+			return nil, nil, fmt.Errorf("an ECDSA key must be P-256 or larger")
 		}
 	case *rsa.PublicKey:
 		if k.N.BitLen() < 2048 {
-			return nil, fmt.Errorf("an RSA key must have at least 2048 bits")
+			return nil, nil, fmt.Errorf("an RSA key must have at least 2048 bits")
 		}
 	default:
-		return nil, fmt.Errorf("the key must be ECDSA or RSA, not %T", req.PublicKey)
+		return nil, nil, fmt.Errorf("the key must be ECDSA or RSA, not %T", req.PublicKey)
 	}
-	return req, nil
+	return req, left, nil
+}
+
+// serviceShaped reports whether dns has the form of a lane's Service name, <lane>.<namespace>.svc.
+func serviceShaped(dns string) bool {
+	return strings.Count(dns, ".") == 2 && strings.HasSuffix(dns, ".svc")
 }
 
 func hasAddress(node *v1.MacNode, typ v1.NodeAddressType, addr string) bool {

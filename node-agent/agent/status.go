@@ -343,7 +343,7 @@ func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) b
 			"the lane is loaded and checked; the node's API serves it once the node's serving certificate comes from the fleet's signer"
 	case unnamed:
 		reason, message = v1.PlacementReasonAwaitingServingCertificate,
-			fmt.Sprintf("the lane is loaded and checked; it is Ready once the node's serving certificate names its Service (%s), which the node has asked the fleet's signer for",
+			fmt.Sprintf("the lane is loaded and checked; it is Ready once the node's serving certificate names its Service (%s), which the node has asked the fleet's signer for (a name the signer leaves out is named in its request's Approved condition)",
 				v1.LaneServiceDNSName(service.Namespace, service.Name))
 	}
 	set(v1.ConditionReady, ready, reason, message)

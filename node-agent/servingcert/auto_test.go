@@ -139,24 +139,31 @@ var _ = Describe("An agent's serving certificate", func() {
 			Expect(err).NotTo(HaveOccurred(), "a client calling %s", host)
 		}
 
-		// A lane placed on another node: the signer refuses the name, and the node keeps serving
-		// the certificate it has, which does not name it.
+		// A lane placed on another node: the signer leaves its name out, and the node keeps its
+		// own names and its other lane's.
 		other := types.NamespacedName{Namespace: "default", Name: "gte-other"}
 		placeOn(other, "mac-elsewhere")
+		before := len(requestsOf(name))
 		s.ServeLanes([]types.NamespacedName{search, other})
+		Eventually(func() int { return len(requestsOf(name)) }).WithTimeout(30 * time.Second).Should(BeNumerically(">", before))
+		Eventually(issued).WithTimeout(30 * time.Second).Should(Receive())
 		Eventually(func() []string {
-			var reasons []string
+			var approvals []string
 			for _, r := range requestsOf(name) {
 				for _, c := range r.Status.Conditions {
-					reasons = append(reasons, c.Reason)
+					if c.Type == certificatesv1.CertificateApproved {
+						approvals = append(approvals, c.Message)
+					}
 				}
 			}
-			return reasons
-		}).WithTimeout(30 * time.Second).Should(ContainElement(agentcert.ReasonDenied))
+			return approvals
+		}).WithTimeout(30 * time.Second).Should(ContainElement(ContainSubstring("left out of the certificate, as no lane placed on the node holds them")))
 		Expect(s.NamesLane(other)).To(BeFalse())
 		Expect(s.NamesLane(search)).To(BeTrue())
 		_, err := served(addr, "gte-other.default.svc", pool)
 		Expect(err).To(MatchError(ContainSubstring("certificate is valid for")))
+		_, err = served(addr, "gte-search.default.svc", pool)
+		Expect(err).NotTo(HaveOccurred())
 	})
 
 	It("should rotate before expiry, new connections getting the new certificate on the same listener", func() {
