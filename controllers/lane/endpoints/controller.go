@@ -58,6 +58,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=cataloglanes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities,verbs=get;list;watch
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements/status,verbs=get;update;patch
 
 const (
@@ -303,8 +304,14 @@ func (c *Controller) readyEndpoints(ctx context.Context, lane *v1.CatalogLane) (
 		}
 		// Only placements of the vector space the lane answers in: during a blue/green rollout
 		// the new space's placements are Ready beside the old before the lane switches.
-		if space := lane.Status.VectorSpaceID; space != "" && p.Spec.VectorSpaceID != "" && p.Spec.VectorSpaceID != space {
-			continue
+		if space := lane.Status.VectorSpaceID; space != "" {
+			ps, err := c.spaceOf(ctx, &p)
+			if err != nil {
+				return nil, err
+			}
+			if ps != space {
+				continue
+			}
 		}
 		node := &v1.MacNode{}
 		if err := c.kube.Get(ctx, client.ObjectKey{Name: p.Spec.Node}, node); err != nil {
@@ -334,6 +341,20 @@ func (c *Controller) readyEndpoints(ctx context.Context, lane *v1.CatalogLane) (
 		slices.SortFunc(out[port], func(a, b endpoint) int { return strings.Compare(a.address, b.address) })
 	}
 	return out, nil
+}
+
+// spaceOf is the vector space a placement answers in: its own, or, for a placement made before
+// placements carried it, its identity's ("" if the identity is gone: such a placement is no
+// endpoint of any space).
+func (c *Controller) spaceOf(ctx context.Context, p *v1.LanePlacement) (string, error) {
+	if p.Spec.VectorSpaceID != "" {
+		return p.Spec.VectorSpaceID, nil
+	}
+	id := &v1.CertifiedIdentity{}
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: p.Spec.Identity}, id); err != nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	return id.Spec.VectorSpaceID, nil
 }
 
 // confirmDrained tells the agents of the lane's Terminating placements, once the EndpointSlices

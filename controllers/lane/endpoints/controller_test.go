@@ -285,6 +285,32 @@ var _ = Describe("Endpoints", func() {
 		Expect(endpointsSpace(lane)).To(Equal("gte-v2@1"), "the lane says its slices follow the switch: its old placements may drain")
 	})
 
+	It("should list a placement made before placements carried their vector space only in its identity's space", func() {
+		id := &v1.CertifiedIdentity{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gte-legacy-%d", seq)},
+			Spec: v1.CertifiedIdentitySpec{
+				Worker: v1.WorkerIdentity{SigningIdentifier: "synapse-ane-worker", BinaryDigest: "sha256:1111111111111111111111111111111111111111111111111111111111111111", ProtocolVersion: 3, Backend: v1.BackendSim},
+				Model: v1.ModelIdentity{Name: "gte-modernbert-base", Revision: "e7f32e3", Layers: 22, HiddenSize: 768, EmbeddingDimensions: 768,
+					CheckpointDigest: "sha256:0d3b4c1f8e2a7b6c5d9e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e"},
+				ConversionPolicy: v1.ConversionPolicy{Name: "ane-fp16-v1", Digest: "sha256:9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0"},
+				MacOSBuild:       "25B78", VectorSpaceID: "gte-v1"}}
+		Expect(kube.Create(ctx, id)).To(Succeed())
+		lane := laneOf(1)
+		n := node("192.0.2.48", 8080)
+		// No spec.vectorSpaceID: made by an older controller.
+		legacy := &v1.LanePlacement{
+			ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-" + n.Name, Namespace: lane.Namespace, Labels: map[string]string{v1.LabelLane: lane.Name, v1.LabelNode: n.Name}},
+			Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: n.Name, Identity: id.Name, Task: v1.TaskEmbed, Device: v1.DeviceANE,
+				Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
+		Expect(kube.Create(ctx, legacy)).To(Succeed())
+		legacy.Status.Phase = v1.PhaseReady
+		Expect(kube.Status().Update(ctx, legacy)).To(Succeed())
+		readyInSpace(lane, node("192.0.2.49", 8080), "gte-v2")
+		switchSpace(kube, lane, "gte-v1")
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.48"}}))
+		switchSpace(kube, lane, "gte-v2")
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.49"}}), "the legacy placement answers in its identity's space, not the new one")
+	})
+
 	It("should write nothing of its endpoints' vector space for a lane that never switched spaces: there is nothing to drain", func() {
 		lane := laneOf(1)
 		readyInSpace(lane, node("192.0.2.47", 8080), "gte-v1")
