@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
@@ -253,9 +254,11 @@ func (c *Controller) roll(ctx context.Context, lane *v1.CatalogLane, identity *v
 			}
 		}
 	}
+	// The lane switches to the new space only on placements that can be its endpoints: Ready,
+	// on a node that is Ready (one whose Lease lapsed leaves the slices at once).
 	readyNew := 0
 	for _, p := range pl.current {
-		if ready(p) {
+		if ready(p) && !meta.IsStatusConditionFalse(p.Status.Conditions, v1.PlacementConditionNodeReady) && c.fleet.healthy(p.Spec.Node) {
 			readyNew++
 		}
 	}

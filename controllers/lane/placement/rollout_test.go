@@ -522,6 +522,31 @@ var _ = Describe("Lane edits", func() {
 			Expect(placements(lane)).To(HaveLen(1))
 		})
 
+		It("should not switch to the new space on a placement whose node was lost, Ready as it last said", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			lane := reconcileLane(newLane(id, 1))
+			reportAll(lane, v1.PhaseReady)
+			lane = settle(lane)
+			next := sibling(id, "gte-v2")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
+			lane = reconcileLane(lane)
+			for _, p := range placements(lane) {
+				if p.Spec.Identity == next.Name {
+					report(p, v1.PhaseReady)
+					// The lifecycle controller marks it as its node's Lease lapses.
+					Expect(kube.Get(ctx, client.ObjectKeyFromObject(&p), &p)).To(Succeed())
+					meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1.PlacementConditionNodeReady, Status: metav1.ConditionFalse,
+						Reason: "NodeLost", Message: "the node's Lease lapsed"})
+					Expect(kube.Status().Update(ctx, &p)).To(Succeed())
+					observe(&p)
+				}
+			}
+			lane = reconcileLane(lane)
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte"), "a lost node's placement can be no endpoint of the new space")
+		})
+
 		It("should keep the old space answering and say why when the new cannot be placed beside it", func() {
 			id := newIdentity()
 			n := newNode()
