@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -89,12 +90,44 @@ type Controller struct {
 	clk    clock.PassiveClock
 	kube   client.Client
 	policy AddressPolicy
+	// reader reads the API server past the cache (the manager's, once registered; kube until
+	// then): a create that finds a name taken may have met an object of ours the cache does
+	// not show yet.
+	reader client.Reader
 }
 
 // NewController returns the endpoints controller; policy says which node addresses may be
 // published.
 func NewController(clk clock.PassiveClock, kube client.Client, policy AddressPolicy) *Controller {
-	return &Controller{clk: clk, kube: kube, policy: policy}
+	return &Controller{clk: clk, kube: kube, policy: policy, reader: kube}
+}
+
+// WithAPIReader has the controller read past its client's cache with r after a create finds a
+// name taken (Register sets the manager's).
+func (c *Controller) WithAPIReader(r client.Reader) *Controller {
+	c.reader = r
+	return c
+}
+
+// errNotCachedYet: a create found an object of ours that the cache does not show yet; the
+// reconcile is retried, nothing is read as taken.
+var errNotCachedYet = errors.New("an object of ours is not in the cache yet")
+
+// takenBy says, after a create of obj's name found it taken, whether the object that holds it
+// is another's (errNameTaken) or ours, just created and not yet in the cache (errNotCachedYet):
+// a reconcile right after our own create would otherwise take our Service or slice for
+// another's, empty the lane's endpoints and turn ServiceReady False until the next pass.
+func (c *Controller) takenBy(ctx context.Context, lane *v1.CatalogLane, kind string, obj client.Object, managedBy string) error {
+	if err := c.reader.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return errNotCachedYet // gone since: the next pass creates it
+		}
+		return err
+	}
+	if obj.GetLabels()[managedBy] == ManagedBy && ownedByLaneNamed(obj, lane.Name) {
+		return fmt.Errorf("%s %s/%s: %w", kind, obj.GetNamespace(), obj.GetName(), errNotCachedYet)
+	}
+	return fmt.Errorf("%s %s/%s: %w", kind, obj.GetNamespace(), obj.GetName(), errNameTaken)
 }
 
 // Name of the controller.
@@ -119,6 +152,7 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		}
 		return out
 	})
+	c.reader = mgr.GetAPIReader()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(c.Name()).
 		For(&v1.CatalogLane{}).
@@ -129,6 +163,10 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}).
 		Complete(c)
 }
+
+// NotCachedRetry is how soon a lane is reconciled again after a create met an object of ours
+// the cache did not show yet.
+const NotCachedRetry = 100 * time.Millisecond
 
 // MaxConcurrentReconciles: a lane's reconcile waits on the API server (its Service, its
 // EndpointSlice, its condition: a few round trips in a row), and lanes are independent of each
@@ -167,6 +205,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err == nil {
 			err = c.confirmDrained(ctx, lane)
 		}
+	}
+	if errors.Is(err, errNotCachedYet) {
+		// Ours, just created: the next pass, once the cache shows it, goes on from there.
+		return reconcile.Result{RequeueAfter: NotCachedRetry}, nil
 	}
 	if errors.Is(err, errNameTaken) {
 		// Nothing of ours may carry the lane's Service name: the slices would feed that Service.
@@ -218,7 +260,7 @@ func (c *Controller) service(ctx context.Context, lane *v1.CatalogLane) error {
 		}
 		err := c.kube.Create(ctx, svc)
 		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("Service %s: %w", key, errNameTaken)
+			return c.takenBy(ctx, lane, "Service", &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: lane.Name, Namespace: lane.Namespace}}, ServiceManagedByLabel)
 		}
 		return err
 	case err != nil:
@@ -467,8 +509,9 @@ func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort ma
 			return controllerutil.SetControllerReference(lane, slice, c.kube.Scheme())
 		})
 		if apierrors.IsAlreadyExists(err) {
-			// An EndpointSlice of that name that is not ours (the cache holds only ours).
-			return fmt.Errorf("EndpointSlice %s/%s: %w", lane.Namespace, name, errNameTaken)
+			// The cache holds only ours: an EndpointSlice of that name is another's, or ours
+			// just created.
+			return c.takenBy(ctx, lane, "EndpointSlice", &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: lane.Namespace}}, discoveryv1.LabelManagedBy)
 		}
 		if err != nil {
 			return err

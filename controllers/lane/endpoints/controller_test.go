@@ -27,8 +27,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -211,6 +213,36 @@ var _ = Describe("Endpoints", func() {
 			Expect(svc.Labels).To(HaveKeyWithValue(endpoints.ServiceManagedByLabel, endpoints.ManagedBy))
 			Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.30"}}))
 		})
+	})
+
+	It("should not take its own Service and EndpointSlice, just created and not yet in its cache, for another's", func() {
+		lane := laneOf(1)
+		readyInSpace(lane, node("192.0.2.60", 8080), "gte-v1")
+		switchSpace(kube, lane, "gte-v1")
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.60"}}))
+		Expect(serviceCondition(lane).Status).To(Equal(metav1.ConditionTrue))
+
+		// A cache a moment behind: neither the Service nor the slice shows yet.
+		stale := interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+				switch o.(type) {
+				case *corev1.Service, *discoveryv1.EndpointSlice:
+					return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
+				}
+				return c.Get(ctx, key, o, opts...)
+			},
+			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+				if _, ok := list.(*discoveryv1.EndpointSliceList); ok {
+					return nil
+				}
+				return c.List(ctx, list, opts...)
+			},
+		})
+		res, err := endpoints.NewController(clk, stale, policy).WithAPIReader(kube).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(Equal(endpoints.NotCachedRetry), "the lane comes back once the cache shows them")
+		Expect(serviceCondition(lane).Status).To(Equal(metav1.ConditionTrue), "its own Service is not another's")
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.60"}}))
 	})
 
 	It("should give a lane a selector-less Service whose endpoints follow its Ready placements", func() {
