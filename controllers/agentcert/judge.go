@@ -90,11 +90,17 @@ func Judge(csr *certificatesv1.CertificateSigningRequest, node *v1.MacNode, serv
 	}
 	var kept []string
 	for _, dns := range req.DNSNames {
+		// A Service's name only through a lane placed on the node: never through a host name
+		// the node reports (its own words), and never in any other form.
 		switch {
-		case dns == name || hasAddress(node, v1.NodeAddressType("Hostname"), dns) || slices.Contains(services, dns):
+		case serviceShaped(dns) && slices.Contains(services, dns):
 			kept = append(kept, dns)
 		case serviceShaped(dns):
 			left = append(left, dns)
+		case slices.Contains(strings.Split(dns, "."), "svc"):
+			return nil, nil, fmt.Errorf("DNS name %s is a Service's name of another form than a lane's (<lane>.<namespace>.svc)", dns)
+		case dns == name || hasAddress(node, v1.NodeAddressType("Hostname"), dns):
+			kept = append(kept, dns)
 		default:
 			return nil, nil, fmt.Errorf("DNS name %s is neither node %s's name, a host name it reports, nor a lane's Service name (<lane>.<namespace>.svc)", dns, name)
 		}

@@ -101,6 +101,10 @@ type Auto struct {
 	open     bool // latched once reported
 	// onIssued is called after each certificate is stored (OnIssued).
 	onIssued func()
+	// refused are the lanes' Service names the signer left out of a certificate whose request
+	// asked for them, and when: they are not asked for again for RefusedRetry, or the
+	// manager, never satisfied by what it got, would ask again every second.
+	refused map[string]time.Time
 
 	manager atomic.Pointer[certificate.Manager]
 	// latest is the last certificate stored; issued is signalled each time one is.
@@ -127,7 +131,7 @@ func New(cfg Config) (*Auto, error) {
 		}
 		tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 	}
-	s := &Auto{cfg: cfg, template: tmpl, issued: make(chan struct{}, 1),
+	s := &Auto{cfg: cfg, template: tmpl, issued: make(chan struct{}, 1), refused: map[string]time.Time{},
 		expiry: prometheus.NewGauge(prometheus.GaugeOpts{Name: "synapse_agent_serving_certificate_expiration_timestamp_seconds",
 			Help: "When the HTTP API's current serving certificate expires (Unix time); it is renewed at 70 to 90% of its lifetime."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "synapse_agent_serving_certificate_renewal_failures_total",
@@ -212,7 +216,21 @@ func (s *Auto) stored(c *tls.Certificate) {
 	}
 	s.mu.Lock()
 	issued := s.onIssued
+	var refused []string
+	for _, name := range s.client.askedFor() {
+		if name != s.cfg.Node && !slices.Contains(c.Leaf.DNSNames, name) {
+			s.refused[name] = s.cfg.Clock.Now()
+			refused = append(refused, name)
+		}
+	}
+	if len(refused) > 0 {
+		s.setNamesLocked(slices.DeleteFunc(slices.Clone(s.template.DNSNames), func(n string) bool { return slices.Contains(refused, n) }))
+	}
 	s.mu.Unlock()
+	if len(refused) > 0 {
+		s.cfg.Log.Info("the signer left lanes' Service names out of the certificate (its request's Approved condition says why); they are asked for again in a while",
+			"names", refused, "retryIn", RefusedRetry)
+	}
 	if issued != nil {
 		issued()
 	}
@@ -226,26 +244,56 @@ func (s *Auto) stored(c *tls.Certificate) {
 // util/certificate/certificate_manager.go, certSatisfiesTemplateLocked). A lane removed stays
 // named until the next rotation.
 func (s *Auto) ServeLanes(lanes []types.NamespacedName) {
-	names := []string{s.cfg.Node}
+	var want []string
 	for _, l := range lanes {
-		names = append(names, v1.LaneServiceDNSName(l.Namespace, l.Name))
+		want = append(want, v1.LaneServiceDNSName(l.Namespace, l.Name))
 	}
-	slices.Sort(names[1:])
-	names = slices.Compact(names)
+	slices.Sort(want)
+	want = slices.Compact(want)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	names := []string{s.cfg.Node}
+	for _, n := range want {
+		if at, ok := s.refused[n]; ok && s.cfg.Clock.Since(at) < RefusedRetry {
+			continue
+		}
+		names = append(names, n)
+	}
+	// A lane that left the node and comes back is asked for anew.
+	for n := range s.refused {
+		if !slices.Contains(want, n) {
+			delete(s.refused, n)
+		}
+	}
+	s.setNamesLocked(names)
+}
+
+// RefusedRetry is how long a lane's Service name the signer left out of the certificate is not
+// asked for again (the lane's name is another Service's, say).
+const RefusedRetry = 10 * time.Minute
+
+// setNamesLocked makes names the template's DNS names: a new template, never the one handed to
+// the manager changed under it.
+func (s *Auto) setNamesLocked(names []string) {
 	if slices.Equal(s.template.DNSNames, names) {
 		return
 	}
-	// A new template, never the one handed to the manager changed under it.
 	t := *s.template
 	t.DNSNames = names
 	s.template = &t
 }
 
 // NamesLane says whether the current certificate names the lane's Service: a placement of it
-// is not Ready until it does, or a call through the Service would fail to verify.
+// is not Ready until it does, or a call through the Service would fail to verify. A name the
+// signer refused counts as named: the lane has no Service of its own to be called through (its
+// name is another Service's), and its placement serves calls to the node.
 func (s *Auto) NamesLane(lane types.NamespacedName) bool {
+	s.mu.Lock()
+	_, refused := s.refused[v1.LaneServiceDNSName(lane.Namespace, lane.Name)]
+	s.mu.Unlock()
+	if refused {
+		return true
+	}
 	c, err := s.GetCertificate(nil)
 	if err != nil || c.Leaf == nil {
 		return false

@@ -17,6 +17,8 @@ limitations under the License.
 package servingcert
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"context"
 	"fmt"
 	"sync"
@@ -36,6 +38,14 @@ type recordingClient struct {
 	kubernetes.Interface
 	mu      sync.Mutex
 	created [2]string // the last, and the one before
+	asked   []string  // the DNS names the last request asked for
+}
+
+// askedFor is the DNS names the last request asked for.
+func (c *recordingClient) askedFor() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.asked
 }
 
 func (c *recordingClient) CertificatesV1() certificatesv1client.CertificatesV1Interface {
@@ -71,8 +81,15 @@ type recordingCSRs struct {
 func (r recordingCSRs) Create(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, opts metav1.CreateOptions) (*certificatesv1.CertificateSigningRequest, error) {
 	out, err := r.CertificateSigningRequestInterface.Create(ctx, csr, opts)
 	if err == nil {
+		var asked []string
+		if block, _ := pem.Decode(csr.Spec.Request); block != nil {
+			if req, perr := x509.ParseCertificateRequest(block.Bytes); perr == nil {
+				asked = req.DNSNames
+			}
+		}
 		r.c.mu.Lock()
 		r.c.created = [2]string{out.Name, r.c.created[0]}
+		r.c.asked = asked
 		r.c.mu.Unlock()
 	}
 	return out, err

@@ -106,6 +106,7 @@ type saidStatus struct {
 // followedSwitch is when the lane's EndpointSlices were first seen to follow its switch of
 // vectorSpaceGeneration generation.
 type followedSwitch struct {
+	uid        types.UID
 	generation int64
 	at         time.Time
 }
@@ -263,15 +264,15 @@ const SwitchDrain = 5 * time.Second
 // controller that restarted since drains from now.
 func (c *Controller) drainLeft(lane *v1.CatalogLane) (left time.Duration, ok bool) {
 	st := lane.Status
-	if st.EndpointsVectorSpaceGeneration < st.VectorSpaceGeneration {
+	if st.EndpointsVectorSpaceGeneration != st.VectorSpaceGeneration || st.VectorSpaceGeneration > 0 && st.EndpointsVectorSpaceID != st.VectorSpaceID {
 		return 0, false
 	}
 	key := client.ObjectKeyFromObject(lane)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f, seen := c.followed[key]
-	if !seen || f.generation != st.VectorSpaceGeneration {
-		f = followedSwitch{generation: st.VectorSpaceGeneration, at: c.clk.Now()}
+	if !seen || f.uid != lane.UID || f.generation != st.VectorSpaceGeneration {
+		f = followedSwitch{uid: lane.UID, generation: st.VectorSpaceGeneration, at: c.clk.Now()}
 		c.followed[key] = f
 	}
 	return max(0, SwitchDrain-c.clk.Since(f.at)), true
@@ -593,7 +594,9 @@ func (c *Controller) setStatus(lane *v1.CatalogLane, identity *v1.CertifiedIdent
 		st.ObservedGeneration = lane.Generation
 	}
 	if st.VectorSpaceID != "" && pl.space != st.VectorSpaceID {
-		st.VectorSpaceGeneration++
+		// Past any generation either controller wrote: a count read from a cache a moment
+		// behind never repeats one the endpoints controller has already followed.
+		st.VectorSpaceGeneration = max(st.VectorSpaceGeneration, st.EndpointsVectorSpaceGeneration) + 1
 	}
 	st.VectorSpaceID = pl.space
 	st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.CompilingReplicas, st.FailedReplicas = int32(len(pl.live)), int32(len(pl.current)), 0, 0, 0

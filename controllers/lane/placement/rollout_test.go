@@ -384,6 +384,34 @@ var _ = Describe("Lane edits", func() {
 			}
 		})
 
+		It("should count a switch past any generation the endpoints followed, so that a count read stale never reads as followed", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			lane := reconcileLane(newLane(id, 1))
+			reportAll(lane, v1.PhaseReady)
+			lane = settle(lane)
+			// The endpoints once followed a switch this lane's status no longer counts (its
+			// count was written back from a stale read).
+			Expect(statusapply.ApplyLaneEndpointsSpace(ctx, kube, client.ObjectKeyFromObject(lane), "gte-v2", 1)).To(Succeed())
+			next := sibling(id, "gte-v2")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
+			lane = reconcileLane(lane)
+			for _, p := range placements(lane) {
+				if p.Spec.Identity == next.Name {
+					report(p, v1.PhaseReady)
+				}
+			}
+			lane = reconcileLane(lane)
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
+			Expect(lane.Status.VectorSpaceGeneration).To(BeEquivalentTo(2))
+			for range 3 {
+				clk.Step(placement.SwitchDrain)
+				lane = reconcileLane(lane)
+			}
+			Expect(placements(lane)).To(HaveLen(2), "the endpoints have not followed this switch")
+		})
+
 		It("should drain the old space of every switch anew, never go on from an earlier switch's drain", func() {
 			id := newIdentity()
 			newNode()
