@@ -169,7 +169,7 @@ var _ = Describe("An agent's serving certificate", func() {
 		// (One more request may follow, for the template without the refused name, which the
 		// manager had queued; not one a second.)
 		asked := len(requestsOf(name))
-		Consistently(func() int { return len(requestsOf(name)) }).WithTimeout(4*time.Second).WithPolling(500*time.Millisecond).Should(BeNumerically("<=", asked+1))
+		Consistently(func() int { return len(requestsOf(name)) }).WithTimeout(4 * time.Second).WithPolling(500 * time.Millisecond).Should(BeNumerically("<=", asked+1))
 		Expect(s.NamesLane(search)).To(BeTrue())
 	})
 

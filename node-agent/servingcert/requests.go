@@ -17,9 +17,9 @@ limitations under the License.
 package servingcert
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
-	"context"
 	"fmt"
 	"sync"
 	"time"
