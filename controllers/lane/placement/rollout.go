@@ -119,6 +119,13 @@ func spaceOf(p *v1.LanePlacement, id *v1.CertifiedIdentity) string {
 
 func ready(p *v1.LanePlacement) bool { return p.Status.Phase == v1.PhaseReady }
 
+// serves: the placement is Ready on a node that is Ready, so it can be one of the lane's
+// endpoints (one on a node whose Lease lapsed leaves the slices at once, whatever it last
+// said). A rollout counts these: it switches spaces on them and keeps them over the others.
+func (c *Controller) serves(p *v1.LanePlacement) bool {
+	return ready(p) && !meta.IsStatusConditionFalse(p.Status.Conditions, v1.PlacementConditionNodeReady) && c.fleet.healthy(p.Spec.Node)
+}
+
 // available: the placement serves and its agent has acted on its latest spec.
 func available(p *v1.LanePlacement) bool {
 	return ready(p) && p.Status.ObservedGeneration == p.Generation
@@ -254,11 +261,10 @@ func (c *Controller) roll(ctx context.Context, lane *v1.CatalogLane, identity *v
 			}
 		}
 	}
-	// The lane switches to the new space only on placements that can be its endpoints: Ready,
-	// on a node that is Ready (one whose Lease lapsed leaves the slices at once).
+	// The lane switches to the new space only on placements that can be its endpoints.
 	readyNew := 0
 	for _, p := range pl.current {
-		if ready(p) && !meta.IsStatusConditionFalse(p.Status.Conditions, v1.PlacementConditionNodeReady) && c.fleet.healthy(p.Spec.Node) {
+		if c.serves(p) {
 			readyNew++
 		}
 	}
@@ -284,7 +290,7 @@ func (c *Controller) roll(ctx context.Context, lane *v1.CatalogLane, identity *v
 		}
 		excess := serving - surge
 		canGo := serving - (want - unavail)
-		for _, o := range retirementOrder(pl.old) {
+		for _, o := range retirementOrder(pl.old, c.serves) {
 			if excess <= 0 || canGo <= 0 {
 				break
 			}
@@ -344,7 +350,7 @@ func (c *Controller) roll(ctx context.Context, lane *v1.CatalogLane, identity *v
 		if o.retired {
 			continue
 		}
-		if ready(o.p) {
+		if c.serves(o.p) {
 			readyOld++
 			continue
 		}
@@ -367,8 +373,8 @@ func (c *Controller) roll(ctx context.Context, lane *v1.CatalogLane, identity *v
 	return nil
 }
 
-// retirementOrder lists the live old placements, not-ready first.
-func retirementOrder(old []*oldPlacement) []*oldPlacement {
+// retirementOrder lists the live old placements, those that do not serve first.
+func retirementOrder(old []*oldPlacement, serves func(*v1.LanePlacement) bool) []*oldPlacement {
 	var out []*oldPlacement
 	for _, o := range old {
 		if !o.retired {
@@ -376,10 +382,10 @@ func retirementOrder(old []*oldPlacement) []*oldPlacement {
 		}
 	}
 	slices.SortStableFunc(out, func(a, b *oldPlacement) int {
-		if ready(a.p) == ready(b.p) {
+		if serves(a.p) == serves(b.p) {
 			return 0
 		}
-		if ready(a.p) {
+		if serves(a.p) {
 			return 1
 		}
 		return -1

@@ -263,6 +263,41 @@ var _ = Describe("Lane edits", func() {
 		})
 	})
 
+	Context("when the identity changes within one vector space and a node was lost", func() {
+		It("should count the lost node's placement as not serving, whatever it last said, and replace it first", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			lane := reconcileLane(newLane(id, 2))
+			reportAll(lane, v1.PhaseReady)
+			// Of the two nodes, the last by name (the one a rollout would otherwise come to
+			// last) loses its Lease: the lifecycle controller marks its placement
+			// NodeReady=False, and its phase still reads Ready.
+			var lost, kept v1.LanePlacement
+			for _, p := range placements(lane) {
+				if lost.Name == "" || p.Spec.Node > lost.Spec.Node {
+					lost, kept = p, lost
+				} else {
+					kept = p
+				}
+			}
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(&lost), &lost)).To(Succeed())
+			meta.SetStatusCondition(&lost.Status.Conditions, metav1.Condition{Type: v1.PlacementConditionNodeReady, Status: metav1.ConditionFalse,
+				Reason: "NodeLost", Message: "the node's Lease lapsed"})
+			Expect(kube.Status().Update(ctx, &lost)).To(Succeed())
+			observe(&lost)
+			next := sibling(id, id.Spec.VectorSpaceID)
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) {
+				s.IdentityRef.Name = next.Name
+				s.Rollout = v1.RolloutStrategy{MaxSurge: ptr.To[int32](0), MaxUnavailable: 1}
+			})
+			lane = reconcileLane(lane)
+			got := placements(lane)
+			Expect(got).To(HaveKey(kept.Spec.Node), "the placement that serves stays")
+			Expect(got).NotTo(HaveKey(lost.Spec.Node), "the lost node's placement goes first: %v", got)
+		})
+	})
+
 	Context("when the identity moves to another vector space", func() {
 		It("should bring the new space up beside the old, switch the lane's space once, then retire the old once they drained", func() {
 			id := newIdentity()
