@@ -178,6 +178,7 @@ func BenchmarkHollowFleet(b *testing.B) {
 	printReport(os.Stdout, rep)
 	b.ReportMetric(rep.Rollout.PlacedSeconds, "s-to-place-all")
 	b.ReportMetric(rep.Rollout.ReadySeconds, "s-to-ready-all")
+	b.ReportMetric(rep.Rollout.ServicedSeconds, "s-to-services-all")
 	b.ReportMetric(rep.Rollout.ControllerWritesPerPlacement, "controller-writes/placement")
 	b.ReportMetric(rep.Rollout.ReconcilesPerLane, "reconciles/lane")
 	b.ReportMetric(float64(rep.Controller.PeakRSSBytes)/(1<<20), "controller-peak-MiB")
@@ -189,8 +190,8 @@ func printReport(w io.Writer, rep *report) {
 		rep.Nodes, rep.Lanes, rep.Spread.Placements, rep.Spread.LanesPerNodeMin, rep.Spread.LanesPerNodeMax,
 		100*rep.Spread.ChargedShareMin, 100*rep.Spread.ChargedShareMax)
 	r := rep.Rollout
-	fmt.Fprintf(w, "rollout: applied %.1fs, placed %.1fs, Ready %.1fs; controller writes/placement %.2f (%v); API writes/placement %.2f (all clients); reconciles/lane %.2f\n",
-		r.AppliedSeconds, r.PlacedSeconds, r.ReadySeconds, r.ControllerWritesPerPlacement, r.ControllerWrites, r.APIWritesPerPlacement, r.ReconcilesPerLane)
+	fmt.Fprintf(w, "rollout: applied %.1fs, placed %.1fs, Ready %.1fs, every Service %.1fs; controller writes/placement %.2f (%v); API writes/placement %.2f (all clients); reconciles/lane %.2f\n",
+		r.AppliedSeconds, r.PlacedSeconds, r.ReadySeconds, r.ServicedSeconds, r.ControllerWritesPerPlacement, r.ControllerWrites, r.APIWritesPerPlacement, r.ReconcilesPerLane)
 	fmt.Fprintf(w, "rollout API requests/s: %v\n", r.APIRequestsPerSecond)
 	fmt.Fprintf(w, "steady-state API requests/s: %v\n", rep.Steady.APIRequestsPerSecond)
 	fmt.Fprintf(w, "controller: %.1f CPU s, peak RSS %.0f MiB; API server %.1f CPU s, %.0f MiB; etcd %.1f CPU s; hollow fleet %.1f CPU s, %.0f MiB\n",

@@ -171,6 +171,18 @@ func (st *state) ready(lanes []*v1.CatalogLane) (bool, string) {
 	return notReady == 0, fmt.Sprintf("%d of %d lanes not Ready", notReady, len(lanes))
 }
 
+// serviced reports whether every lane has its Service and EndpointSlices (ServiceReady).
+func (st *state) serviced(lanes []*v1.CatalogLane) (bool, string) {
+	missing := 0
+	for _, l := range lanes {
+		got := st.lanes[l.Namespace+"/"+l.Name]
+		if got == nil || !meta.IsStatusConditionTrue(got.Status.Conditions, v1.LaneConditionServiceReady) {
+			missing++
+		}
+	}
+	return missing == 0, fmt.Sprintf("%d of %d lanes without their Service", missing, len(lanes))
+}
+
 // spread is where the lanes went.
 type spread struct {
 	Placements int `json:"placements"`
@@ -290,10 +302,13 @@ type report struct {
 }
 
 type phase struct {
-	// Seconds from the first lane applied: all applied, all placed, all Ready.
-	AppliedSeconds float64 `json:"appliedSeconds,omitempty"`
-	PlacedSeconds  float64 `json:"placedSeconds,omitempty"`
-	ReadySeconds   float64 `json:"readySeconds,omitempty"`
+	// Seconds from the first lane applied: all applied, all placed, all Ready, and all with
+	// their Service and EndpointSlices written (ServiceReady: callable through the Service).
+	// The rollout's window ends with the last: its writes are all of the rollout's.
+	AppliedSeconds  float64 `json:"appliedSeconds,omitempty"`
+	PlacedSeconds   float64 `json:"placedSeconds,omitempty"`
+	ReadySeconds    float64 `json:"readySeconds,omitempty"`
+	ServicedSeconds float64 `json:"servicedSeconds,omitempty"`
 	WindowSeconds  float64 `json:"windowSeconds"`
 	// APIRequestsPerSecond by "VERB resource", from every client.
 	APIRequestsPerSecond map[string]float64 `json:"apiRequestsPerSecond"`
@@ -384,9 +399,21 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 	if err != nil {
 		return err
 	}
-	end := time.Now()
-	rep.Rollout.ReadySeconds = end.Sub(start).Seconds()
+	rep.Rollout.ReadySeconds = time.Since(start).Seconds()
 	f.logf("Ready in %.1fs", rep.Rollout.ReadySeconds)
+	err = f.waitFor(ctx, "every lane's Service", 30*time.Minute, func() (bool, string) {
+		st, err := f.state()
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.serviced(f.lanes)
+	})
+	if err != nil {
+		return err
+	}
+	end := time.Now()
+	rep.Rollout.ServicedSeconds = end.Sub(start).Seconds()
+	f.logf("every lane's Service in %.1fs", rep.Rollout.ServicedSeconds)
 	profiling.Wait()
 
 	after, err := f.cp.apiRequests(ctx)
