@@ -309,7 +309,7 @@ type phase struct {
 	PlacedSeconds   float64 `json:"placedSeconds,omitempty"`
 	ReadySeconds    float64 `json:"readySeconds,omitempty"`
 	ServicedSeconds float64 `json:"servicedSeconds,omitempty"`
-	WindowSeconds  float64 `json:"windowSeconds"`
+	WindowSeconds   float64 `json:"windowSeconds"`
 	// APIRequestsPerSecond by "VERB resource", from every client.
 	APIRequestsPerSecond map[string]float64 `json:"apiRequestsPerSecond"`
 	APIWrites            float64            `json:"apiWrites"`
