@@ -47,6 +47,7 @@ import (
 	"github.com/onsi/gomega"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -179,11 +180,19 @@ func TestAgentUnderLoad(t *testing.T) {
 	rep.OversizeSent, rep.SlowLorisCutOff = oversize.Load(), cutOff.Load()
 	rep.AgentMaxRSSMiB = float64(maxRSS.Load()) / 1024
 	rep.WorkerRestarts = metric(t, base, "synapse_agent_worker_restarts_total") - restarts0
-	rep.AgentAnswered = metric(t, base, "synapse_agent_requests_total") - answered0
 	for _, n := range rep.Sent {
 		rep.AgentAnswerWanted += n
 	}
 	rep.AgentAnswerWanted += int(rep.OversizeSent)
+	// The agent counts a call once its answer is written, so the client may hold the last
+	// answers a moment before they are counted: the count is read until it reaches the calls
+	// sent (or a bound passes). A call counted twice would pass it and never equal it.
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		rep.AgentAnswered = metric(t, base, "synapse_agent_requests_total") - answered0
+		return rep.AgentAnswered >= float64(rep.AgentAnswerWanted), nil
+	}); err != nil {
+		t.Logf("the agent's count of answers did not reach the calls sent within 5 s: %v", err)
+	}
 	out, _ := json.MarshalIndent(rep, "", "  ")
 	t.Logf("load report:\n%s", out)
 	if path := os.Getenv("LOAD_REPORT"); path != "" {
