@@ -47,10 +47,10 @@ func sibling(of *v1.CertifiedIdentity, space string) *v1.CertifiedIdentity {
 	return id
 }
 
-// switchedToV2 places a one-replica lane of id, moves it to a sibling identity in vector space
-// gte-v2, has the new placement report Ready and reconciles once more (the lane switches), has
-// the endpoints controller follow and reconciles again: the old placement drains.
-func switchedToV2(id *v1.CertifiedIdentity) (*v1.CatalogLane, *v1.CertifiedIdentity) {
+// switchToV2 places a one-replica lane of id, moves it to a sibling identity in vector space
+// gte-v2, has the new placement report Ready and reconciles once more: the lane switches, and
+// the endpoints controller has not followed yet.
+func switchToV2(id *v1.CertifiedIdentity) (*v1.CatalogLane, *v1.CertifiedIdentity) {
 	GinkgoHelper()
 	lane := reconcileLane(newLane(id, 1))
 	reportAll(lane, v1.PhaseReady)
@@ -58,15 +58,40 @@ func switchedToV2(id *v1.CertifiedIdentity) (*v1.CatalogLane, *v1.CertifiedIdent
 	next := sibling(id, "gte-v2")
 	lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
 	lane = reconcileLane(lane)
-	for _, p := range placements(lane) {
-		if p.Spec.Identity == next.Name {
-			report(p, v1.PhaseReady)
-		}
-	}
+	reportIdentity(lane, next, v1.PhaseReady)
 	lane = reconcileLane(lane)
 	Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
+	return lane, next
+}
+
+// switchedToV2 is switchToV2, then the endpoints controller follows and the lane is reconciled
+// again: the old placement drains.
+func switchedToV2(id *v1.CertifiedIdentity) (*v1.CatalogLane, *v1.CertifiedIdentity) {
+	GinkgoHelper()
+	lane, next := switchToV2(id)
 	endpointsFollow(lane)
 	return reconcileLane(lane), next
+}
+
+// nodeLost marks the placement NodeReady=False, as the lifecycle controller does when its
+// node's Lease lapses; its phase still reads what its agent last said.
+func nodeLost(p v1.LanePlacement) {
+	GinkgoHelper()
+	Expect(kube.Get(ctx, client.ObjectKeyFromObject(&p), &p)).To(Succeed())
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1.PlacementConditionNodeReady, Status: metav1.ConditionFalse,
+		Reason: "NodeLost", Message: "the node's Lease lapsed"})
+	Expect(kube.Status().Update(ctx, &p)).To(Succeed())
+	observe(&p)
+}
+
+// reportIdentity has the agents of the lane's placements of identity id report a phase.
+func reportIdentity(l *v1.CatalogLane, id *v1.CertifiedIdentity, phase v1.PlacementPhase) {
+	GinkgoHelper()
+	for _, p := range placements(l) {
+		if p.Spec.Identity == id.Name {
+			report(p, phase)
+		}
+	}
 }
 
 // endpointsFollow has the endpoints controller say what it says once the lane's EndpointSlices
@@ -281,11 +306,7 @@ var _ = Describe("Lane edits", func() {
 					kept = p
 				}
 			}
-			Expect(kube.Get(ctx, client.ObjectKeyFromObject(&lost), &lost)).To(Succeed())
-			meta.SetStatusCondition(&lost.Status.Conditions, metav1.Condition{Type: v1.PlacementConditionNodeReady, Status: metav1.ConditionFalse,
-				Reason: "NodeLost", Message: "the node's Lease lapsed"})
-			Expect(kube.Status().Update(ctx, &lost)).To(Succeed())
-			observe(&lost)
+			nodeLost(lost)
 			next := sibling(id, id.Spec.VectorSpaceID)
 			lane = edit(lane, func(s *v1.CatalogLaneSpec) {
 				s.IdentityRef.Name = next.Name
@@ -379,19 +400,7 @@ var _ = Describe("Lane edits", func() {
 			id := newIdentity()
 			newNode()
 			newNode()
-			lane := reconcileLane(newLane(id, 1))
-			reportAll(lane, v1.PhaseReady)
-			lane = settle(lane)
-			next := sibling(id, "gte-v2")
-			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
-			lane = reconcileLane(lane)
-			for _, p := range placements(lane) {
-				if p.Spec.Identity == next.Name {
-					report(p, v1.PhaseReady)
-				}
-			}
-			lane = reconcileLane(lane)
-			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
+			lane, _ := switchToV2(id)
 			Expect(lane.Status.VectorSpaceGeneration).To(BeEquivalentTo(1))
 			// Rolled back before the endpoints controller followed the switch: the old space's
 			// placements are still Ready, so the lane switches straight back.
@@ -432,11 +441,7 @@ var _ = Describe("Lane edits", func() {
 			next := sibling(id, "gte-v2")
 			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
 			lane = reconcileLane(lane)
-			for _, p := range placements(lane) {
-				if p.Spec.Identity == next.Name {
-					report(p, v1.PhaseReady)
-				}
-			}
+			reportIdentity(lane, next, v1.PhaseReady)
 			lane = reconcileLane(lane)
 			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
 			Expect(lane.Status.VectorSpaceGeneration).To(BeEquivalentTo(2))
@@ -461,11 +466,7 @@ var _ = Describe("Lane edits", func() {
 			lane = reconcileLane(lane)
 			retired(lane)
 			lane = reconcileLane(lane)
-			for _, p := range placements(lane) {
-				if p.Spec.Identity == third.Name {
-					report(p, v1.PhaseReady)
-				}
-			}
+			reportIdentity(lane, third, v1.PhaseReady)
 			lane = reconcileLane(lane)
 			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v3"))
 			Expect(lane.Status.VectorSpaceGeneration).To(BeEquivalentTo(2))
@@ -494,19 +495,7 @@ var _ = Describe("Lane edits", func() {
 			newNode()
 			newNode()
 			newNode()
-			lane := reconcileLane(newLane(id, 1))
-			reportAll(lane, v1.PhaseReady)
-			lane = settle(lane)
-			next := sibling(id, "gte-v2")
-			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
-			lane = reconcileLane(lane)
-			for _, p := range placements(lane) {
-				if p.Spec.Identity == next.Name {
-					report(p, v1.PhaseReady)
-				}
-			}
-			lane = reconcileLane(lane)
-			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
+			lane, _ := switchToV2(id)
 			third := sibling(id, "gte-v3")
 			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = third.Name })
 			for range 3 {
@@ -599,11 +588,7 @@ var _ = Describe("Lane edits", func() {
 				if p.Spec.Identity == next.Name {
 					report(p, v1.PhaseReady)
 					// The lifecycle controller marks it as its node's Lease lapses.
-					Expect(kube.Get(ctx, client.ObjectKeyFromObject(&p), &p)).To(Succeed())
-					meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1.PlacementConditionNodeReady, Status: metav1.ConditionFalse,
-						Reason: "NodeLost", Message: "the node's Lease lapsed"})
-					Expect(kube.Status().Update(ctx, &p)).To(Succeed())
-					observe(&p)
+					nodeLost(p)
 				}
 			}
 			lane = reconcileLane(lane)
@@ -635,11 +620,7 @@ var _ = Describe("Lane edits", func() {
 			next := sibling(id, "gte-v2")
 			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name })
 			lane = reconcileLane(lane)
-			for _, p := range placements(lane) {
-				if p.Spec.Identity == next.Name {
-					report(p, v1.PhaseFailed)
-				}
-			}
+			reportIdentity(lane, next, v1.PhaseFailed)
 			lane = settle(lane)
 			Expect(placements(lane)).To(HaveLen(2))
 			Expect(lane.Status.VectorSpaceID).To(Equal("gte"))
