@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 )
 
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
@@ -186,20 +187,12 @@ func (c *Controller) laneServices(ctx context.Context, node string) ([]string, e
 			// the name from a lane's.
 		case err != nil:
 			return nil, err
-		case !laneService(svc, p.Spec.Lane):
+		case !endpoints.LaneService(svc, p.Spec.Lane):
 			continue
 		}
 		out = append(out, v1.LaneServiceDNSName(p.Namespace, p.Spec.Lane))
 	}
 	return out, nil
-}
-
-// laneService reports whether svc is a lane's Service: the lane named lane controls it, as the
-// endpoints controller marks it.
-func laneService(svc *corev1.Service, lane string) bool {
-	ref := metav1.GetControllerOf(svc)
-	return svc.Labels[v1.LabelLane] == lane && ref != nil && ref.Kind == "CatalogLane" && ref.Name == lane &&
-		strings.HasPrefix(ref.APIVersion, v1.GroupVersion.Group+"/")
 }
 
 func (c *Controller) fail(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, msg string) error {

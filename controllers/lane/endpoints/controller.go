@@ -266,7 +266,7 @@ func (c *Controller) service(ctx context.Context, lane *v1.CatalogLane) error {
 	case err != nil:
 		return err
 	}
-	if svc.Labels[ServiceManagedByLabel] != ManagedBy || !ownedByLaneNamed(svc, lane.Name) {
+	if !LaneService(svc, lane.Name) {
 		return fmt.Errorf("Service %s: %w", key, errNameTaken)
 	}
 	stored := svc.DeepCopy()
@@ -277,6 +277,12 @@ func (c *Controller) service(ctx context.Context, lane *v1.CatalogLane) error {
 		return nil
 	}
 	return c.kube.Patch(ctx, svc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
+}
+
+// LaneService reports whether svc is the Service of a lane named lane, as this controller
+// marks the Services it writes: the agents' serving certificates name only such Services.
+func LaneService(svc *corev1.Service, lane string) bool {
+	return svc.Labels[ServiceManagedByLabel] == ManagedBy && ownedByLaneNamed(svc, lane)
 }
 
 // ownedByLaneNamed reports whether o's controller is a CatalogLane of that name: this lane, or
