@@ -31,6 +31,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -85,6 +87,8 @@ type report struct {
 	ValidCodes         map[int]int    `json:"valid_codes"`
 	AdmittedP50Ms      float64        `json:"admitted_p50_ms"`
 	AdmittedP99Ms      float64        `json:"admitted_p99_ms"`
+	AgentAdmitted      float64        `json:"agent_admitted"`
+	AgentP99BoundMs    float64        `json:"agent_admitted_p99_bound_ms"`
 	OversizeSent       int64          `json:"oversize_sent"`
 	SlowLorisCutOff    int64          `json:"slow_loris_cut_off"`
 	AgentMaxRSSMiB     float64        `json:"agent_max_rss_mib"`
@@ -118,6 +122,7 @@ func TestAgentUnderLoad(t *testing.T) {
 	rate := max(20, int(2*capacity))
 	t.Logf("the agent serves %.0f calls/s; attacking at %d/s for %s", capacity, rate, duration)
 	answered0 = metric(t, base, "synapse_agent_requests_total") // after the capacity probe
+	latency0 := histogram(t, base, "synapse_agent_request_duration_seconds")
 
 	ctx, stop := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
@@ -187,11 +192,13 @@ func TestAgentUnderLoad(t *testing.T) {
 	// The agent counts a call once its answer is written, so the client may hold the last
 	// answers a moment before they are counted: the count is read until it reaches the calls
 	// sent (or a bound passes). A call counted twice would pass it and never equal it.
+	// The same holds for its latency histogram, observed just after the count.
 	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		rep.AgentAnswered = metric(t, base, "synapse_agent_requests_total") - answered0
-		return rep.AgentAnswered >= float64(rep.AgentAnswerWanted), nil
+		rep.AgentAdmitted, rep.AgentP99BoundMs = p99Bound(latency0, histogram(t, base, "synapse_agent_request_duration_seconds"))
+		return rep.AgentAnswered >= float64(rep.AgentAnswerWanted) && rep.AgentAdmitted >= float64(rep.ValidCodes[200]), nil
 	}); err != nil {
-		t.Logf("the agent's count of answers did not reach the calls sent within 5 s: %v", err)
+		t.Logf("the agent's counts did not reach the calls sent within 5 s: %v", err)
 	}
 	out, _ := json.MarshalIndent(rep, "", "  ")
 	t.Logf("load report:\n%s", out)
@@ -205,7 +212,13 @@ func TestAgentUnderLoad(t *testing.T) {
 	g.Expect(rep.RetryAfterMissing).To(gomega.BeZero(), "429 or 503 without Retry-After")
 	g.Expect(rep.ValidCodes[200]).To(gomega.BeNumerically(">", 0), "no valid call was served")
 	g.Expect(rep.ValidCodes[429]).To(gomega.BeNumerically(">", 0), "at twice its capacity the agent never said overloaded")
-	g.Expect(time.Duration(rep.AdmittedP99Ms*float64(time.Millisecond))).To(gomega.BeNumerically("<", deadline), "p99 of admitted calls")
+	// The lane's deadline runs from a call's arrival at the agent, so the agent's own latency
+	// histogram, from arrival to answer, is what it is held to: the smallest of its bucket
+	// bounds under which 99 % of the admitted calls were answered must lie within the deadline
+	// (stricter than the p99 itself). The client's figures include its own queueing on a machine
+	// it shares with the agent (its -race build, vegeta's workers), so they are reported only.
+	g.Expect(rep.AgentAdmitted).To(gomega.BeNumerically("==", rep.ValidCodes[200]), "admitted calls the agent timed against those the client saw answered 200")
+	g.Expect(time.Duration(rep.AgentP99BoundMs*float64(time.Millisecond))).To(gomega.BeNumerically("<=", deadline), "p99 of admitted calls, timed by the agent from arrival")
 	g.Expect(rep.AgentMaxRSSMiB).To(gomega.BeNumerically("<", rssLimitKiB/1024), "the agent's resident memory")
 	g.Expect(rep.WorkerRestarts).To(gomega.BeZero(), "a worker restarted under load")
 	// Each call the agent saw is counted once, with the code it was answered: as many answers
@@ -432,6 +445,41 @@ func slowLoris(ctx context.Context, addr string, cutOff *atomic.Int64) {
 	}
 }
 
+// histogram sums a histogram's cumulative bucket counts over its series on the agent's
+// /metrics, by upper bound (+Inf included).
+func histogram(t *testing.T, base, name string) map[float64]float64 {
+	t.Helper()
+	counts := map[float64]float64{}
+	for _, line := range metricLines(t, base, name+"_bucket{") {
+		_, rest, ok := strings.Cut(line, `le="`)
+		if !ok {
+			continue
+		}
+		le, rest, _ := strings.Cut(rest, `"`)
+		bound, err := strconv.ParseFloat(le, 64)
+		if err != nil {
+			t.Fatalf("bucket bound %q: %v", le, err)
+		}
+		f := strings.Fields(rest)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		counts[bound] += v
+	}
+	return counts
+}
+
+// p99Bound returns the calls observed between two readings of a histogram and the smallest
+// bucket bound, in milliseconds, under which at least 99 % of them fall.
+func p99Bound(before, after map[float64]float64) (total, boundMs float64) {
+	bounds := slices.Sorted(maps.Keys(after))
+	total = after[math.Inf(1)] - before[math.Inf(1)]
+	for _, b := range bounds {
+		if after[b]-before[b] >= 0.99*total {
+			return total, b * 1000
+		}
+	}
+	return total, math.Inf(1)
+}
+
 // sampleRSS keeps the largest resident set of pid seen, in KiB, every 200 ms.
 func sampleRSS(ctx context.Context, pid int, maxKiB *atomic.Int64) {
 	for {
@@ -463,6 +511,18 @@ func rssKiB(pid int) int64 {
 // metric sums a counter's series on the agent's /metrics.
 func metric(t *testing.T, base, name string) float64 {
 	t.Helper()
+	var sum float64
+	for _, line := range metricLines(t, base, name+"{", name+" ") {
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		sum += v
+	}
+	return sum
+}
+
+// metricLines returns the lines of the agent's /metrics that begin with one of prefixes.
+func metricLines(t *testing.T, base string, prefixes ...string) []string {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -473,16 +533,17 @@ func metric(t *testing.T, base, name string) float64 {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var sum float64
+	var lines []string
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			sum += v
+		if slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(line, p) }) {
+			lines = append(lines, line)
 		}
 	}
-	return sum
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return lines
 }
