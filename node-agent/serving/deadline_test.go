@@ -26,7 +26,7 @@ import (
 
 // TestEveryWaitEndsAtTheRequestsAbsoluteDeadline: a call's absolute deadline ends its wait
 // wherever it waits — behind a starved budget head, on a placement probe, for an execution
-// permit — and not a moment before.
+// permit, in an exchange the worker does not answer — and not a moment before.
 func TestEveryWaitEndsAtTheRequestsAbsoluteDeadline(t *testing.T) {
 	const wait = 5 * time.Second
 	// expire checks that c waits until its deadline, left after the time already passed, then
@@ -116,6 +116,35 @@ func TestEveryWaitEndsAtTheRequestsAbsoluteDeadline(t *testing.T) {
 		close(gate)
 		if o := waitAnswer(t, holding); o.err != nil {
 			t.Fatal(o.err)
+		}
+	})
+
+	t.Run("in an exchange the worker does not answer", func(t *testing.T) {
+		l := newLive(t, 100)
+		l.lane("a")
+		if o := l.settle(l.call("a", 10, time.Time{}), time.Second); o.err != nil {
+			t.Fatal(o.err)
+		}
+		gate := make(chan struct{})
+		w := l.sp.Get(t, "a", 1)
+		w.Lock()
+		w.ExchangeGate = gate // the worker hangs until the gate opens
+		w.Unlock()
+		c := l.call("a", 10, l.clk.Now().Add(wait))
+		eventually(t, "the exchange runs", func() bool { return w.Exchanging() == 1 })
+		expire(t, l, c, "in the exchange", wait)
+		// The caller is answered; the call still owns its lease and permit until the reply
+		// drains, and the healthy worker is not restarted for it.
+		if n := l.srv.Inflight("a"); n != 1 {
+			t.Fatalf("inflight %d after the caller was answered, want the exchange still owned", n)
+		}
+		close(gate)
+		eventually(t, "the call let go once its reply drained", func() bool { return l.srv.Inflight("a") == 0 })
+		if n := l.sp.Spawned("a"); n != 1 {
+			t.Fatalf("%d workers spawned: the drained worker was restarted", n)
+		}
+		if o := l.settle(l.call("a", 10, time.Time{}), time.Second); o.err != nil {
+			t.Fatalf("the shape is not leased free again: %v", o.err)
 		}
 	})
 }

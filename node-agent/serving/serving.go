@@ -241,12 +241,29 @@ func (s *Server) Run(ctx context.Context, lane, task string, sequences [][]uint3
 
 	done := make(chan taskResult, 1)
 	go s.task(ctx, l, groups, len(sequences), deadline, done)
+	// The caller waits at most until its deadline, even for a worker that never answers (which
+	// only the worker's own call bound, far longer, ends).
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		timer := s.clk.NewTimer(deadline.Sub(s.clk.Now()))
+		defer timer.Stop()
+		expired = timer.C()
+	}
 	select {
 	case r := <-done:
 		return r.res, r.err
 	case <-ctx.Done():
 		// The task keeps its lease and permit until its reply has drained.
 		return nil, s.ctxErr(ctx, lane, deadline)
+	case <-expired:
+		select {
+		case r := <-done: // answered as the deadline came: the task judged it
+			return r.res, r.err
+		default:
+		}
+		// As for a caller gone: the task keeps its lease and permit until the reply drains,
+		// and the reply is discarded.
+		return nil, refusal.New(refusal.DeadlineExceeded, lane, "the deadline passed while the call ran; its reply, when it comes, is discarded")
 	}
 }
 
