@@ -88,8 +88,8 @@ type Config struct {
 	// AdminSocket is the Unix socket the admin API (pause, resume) is served on, only to the
 	// agent's own user; "" serves it nowhere. It is never served on Listen.
 	AdminSocket string
-	// Host starts the workers (a workerhost.Host; the scale harness's hollow Macs start them in
-	// process); LockPath is the machine's lane lock.
+	// Host starts the workers (a workerhost.Host; the scale harness's hollow Macs give theirs a
+	// Launch that runs each worker in process); LockPath is the machine's lane lock.
 	Host     supervisor.Spawner
 	LockPath string
 	// ArtifactRoot holds the model artifacts (artifact.Path); nothing loads unless its artifact

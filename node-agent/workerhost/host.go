@@ -18,25 +18,20 @@ limitations under the License.
 // implements the supervisor's Spawner and Worker. Each worker inherits the lane lock, its
 // stderr lines are logged, its exit is confirmed by waiting on the process, and every call is
 // bounded in time: a call that times out kills the worker and is a fault of unknown outcome.
+// Everything but starting the process speaks to the worker's streams (Streams), so a harness
+// that runs the worker in process (the scale test's hollow Macs) runs this code unchanged.
 package workerhost
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
-	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
 	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
 )
@@ -69,6 +64,10 @@ type Config struct {
 	// CallTimeout bounds a load, an execution, an eviction or an inventory; AdmitTimeout an
 	// admission, which may compile for minutes.
 	CallTimeout, AdmitTimeout time.Duration
+	// Launch, if set, starts each worker in place of running Binary, and the host speaks to
+	// the streams it returns as to a process's (the scale test's hollow Macs run the worker in
+	// process). Binary, SigningIdentifier, StateDir, SimScale, Lock and Env are then unused.
+	Launch func(spec supervisor.ModelSpec, gen int64) (Streams, error)
 }
 
 // Host starts workers.
@@ -113,49 +112,23 @@ func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) 
 	h.mu.Lock()
 	cfg, onLine := h.cfg, h.onLine
 	h.mu.Unlock()
-	args := []string{"--backend", cfg.Backend, "--state-dir", cfg.StateDir, "--sim-scale", fmt.Sprint(cfg.SimScale)}
-	if cfg.SigningIdentifier != "" {
-		args = append(args, "--signing-identifier", cfg.SigningIdentifier)
+	launch := cfg.Launch
+	if launch == nil {
+		launch = cfg.startProcess
 	}
-	cmd := exec.Command(cfg.Binary, args...)
-	// The native compiler needs the normal per-user temporary folder: no TMPDIR override.
-	cmd.Env = slicesWithout(os.Environ(), "TMPDIR=")
-	// Named in its environment, so an operator (or a test) can tell which lane a process serves.
-	cmd.Env = append(cmd.Env, "SYNAPSE_LANE="+spec.Lane, fmt.Sprintf("SYNAPSE_WORKER_GENERATION=%d", gen))
-	if cfg.Env != nil {
-		cmd.Env = append(cmd.Env, cfg.Env(spec.Lane, gen)...)
-	}
-	if cfg.Lock != nil {
-		cmd.ExtraFiles = []*os.File{cfg.Lock} // fd 3 in the worker
-	}
-	stdin, err := cmd.StdinPipe()
+	s, err := launch(spec, gen)
 	if err != nil {
 		return nil, nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, nil, err
+	log := cfg.Log.WithValues("lane", spec.Lane, "generation", gen)
+	if s.Pid != 0 {
+		log = log.WithValues("pid", s.Pid)
 	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("starting %s: %w", cfg.Binary, err)
-	}
-	log := cfg.Log.WithValues("lane", spec.Lane, "generation", gen, "pid", cmd.Process.Pid)
-	p := &Process{cmd: cmd, stdin: stdin, r: protocol.NewReader(stdout, 0), w: protocol.NewWriter(stdin, 0),
-		exited: make(chan struct{}), log: log, cfg: cfg}
-	stderrDone := make(chan struct{})
+	var line func(string)
 	if onLine != nil {
-		p.onLine = func(line string) { onLine(spec.Lane, gen, line) }
+		line = func(l string) { onLine(spec.Lane, gen, l) }
 	}
-	go p.logStderr(stderr, stderrDone)
-	go func() {
-		<-stderrDone // read everything the worker said before reaping it
-		p.waitErr = cmd.Wait()
-		close(p.exited)
-	}()
+	p := attach(s, cfg, log, line)
 
 	resp, err := p.call(ctx, cfg.CallTimeout, &pb.Request{Body: &pb.Request_Hello{Hello: &pb.Hello{ProtocolVersion: 3}}})
 	if err == nil {
@@ -197,252 +170,3 @@ func (h *Host) Spawn(ctx context.Context, spec supervisor.ModelSpec, gen int64) 
 	}
 	return p, cached, nil
 }
-
-func slicesWithout(env []string, prefix string) []string {
-	out := env[:0:0]
-	for _, e := range env {
-		if !strings.HasPrefix(e, prefix) {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// Process is one worker process.
-type Process struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	r      *protocol.Reader
-	w      *protocol.Writer
-	nextID uint64
-	frame  []byte // the last Execute request frame's buffer, reused (Exchange)
-	log    logr.Logger
-	cfg    Config
-
-	exited  chan struct{}
-	waitErr error
-
-	mu     sync.Mutex
-	tail   []string // the last stderr lines, for error messages
-	close  sync.Once
-	onLine func(line string)
-}
-
-func (p *Process) logStderr(r io.Reader, done chan<- struct{}) {
-	defer close(done)
-	readLines(r, maxStderrLine, func(line string) {
-		p.log.Info(line)
-		if p.onLine != nil {
-			p.onLine(line)
-		}
-		p.mu.Lock()
-		p.tail = append(p.tail, line)
-		if len(p.tail) > 5 {
-			p.tail = p.tail[1:]
-		}
-		p.mu.Unlock()
-	})
-}
-
-// maxStderrLine bounds what is kept of one stderr line; the rest of a longer line is read and
-// dropped, so the worker never blocks writing to a pipe nobody reads.
-const maxStderrLine = 16 << 10
-
-// readLines calls f with each line of r until r ends, a line cut to its first max bytes and
-// marked with how much was dropped. Unlike a bufio.Scanner, which stops at the first line longer
-// than its buffer, it reads r to its end whatever the worker writes.
-func readLines(r io.Reader, max int, f func(line string)) {
-	br := bufio.NewReaderSize(r, max)
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			line, dropped := string(chunk), 0
-			for errors.Is(err, bufio.ErrBufferFull) {
-				chunk, err = br.ReadSlice('\n')
-				dropped += len(chunk)
-			}
-			if bytes.HasSuffix(chunk, []byte("\n")) {
-				dropped-- // the newline is not part of the line
-			}
-			f(fmt.Sprintf("%s... (%d more bytes of this line dropped)", line, dropped))
-		} else if len(chunk) > 0 {
-			f(string(bytes.TrimSuffix(chunk, []byte("\n"))))
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *Process) lastWords() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.tail) == 0 {
-		return ""
-	}
-	return "; it said: " + strings.Join(p.tail, " | ")
-}
-
-// errFault marks a fault of unknown outcome: the stream is broken and the worker recovers.
-var errFault = errors.New("worker fault")
-
-// call runs one exchange, bounded by timeout (bounded). A reply that is not the answer to this
-// request is a fault; an Error frame is the worker's refusal.
-func (p *Process) call(ctx context.Context, timeout time.Duration, req *pb.Request) (*pb.Response, error) {
-	p.nextID++
-	req.Id = p.nextID
-	var resp *pb.Response
-	if err := p.bounded(ctx, timeout, func() (err error) { resp, err = p.exchange(ctx, req); return err }); err != nil {
-		return nil, err
-	}
-	return answerTo(req.Id, resp)
-}
-
-// answerTo is resp as the answer to request id: a reply to another request is a fault, an
-// Error frame the worker's refusal.
-func answerTo(id uint64, resp *pb.Response) (*pb.Response, error) {
-	if resp.Id != id {
-		return nil, fmt.Errorf("%w: reply %d to request %d", errFault, resp.Id, id)
-	}
-	if e := resp.GetError(); e != nil {
-		return nil, &supervisor.WorkerError{Code: e.Code, Message: e.Message}
-	}
-	return resp, nil
-}
-
-// bounded runs exchange, one write and its reads, bounded by timeout. A broken stream or a
-// timeout is a fault of unknown outcome. The exchange runs on the caller's goroutine (a
-// hand-off to another goroutine and back would cost two wake-ups on every call): a timeout or
-// the caller going away kills the worker, which ends the write or read in progress, and the
-// call reports why.
-func (p *Process) bounded(ctx context.Context, timeout time.Duration, exchange func() error) error {
-	// ended is set once: by the exchange when it finishes, or by the first of the timer and the
-	// caller's cancellation, which then kills the worker.
-	var (
-		ended  sync.Once
-		killed error
-	)
-	kill := func(why func() error) func() {
-		return func() {
-			ended.Do(func() {
-				killed = why()
-				_ = p.Kill()
-			})
-		}
-	}
-	timer := p.cfg.Clock.AfterFunc(timeout, kill(func() error { return fmt.Errorf("no answer within %s", timeout) }))
-	defer timer.Stop()
-	stop := context.AfterFunc(ctx, kill(func() error { return ctx.Err() }))
-	defer stop()
-	err := exchange()
-	finished := false
-	ended.Do(func() { finished = true })
-	if !finished {
-		// The worker was killed, whatever the exchange saw: its stream is not reused.
-		return fmt.Errorf("%w: %v, worker killed", errFault, killed)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %v%s", errFault, err, p.lastWords())
-	}
-	return nil
-}
-
-// exchange writes req and reads its answer, reporting an admission's progress on the way.
-func (p *Process) exchange(ctx context.Context, req *pb.Request) (*pb.Response, error) {
-	if err := p.w.Write(req); err != nil {
-		return nil, err
-	}
-	for {
-		resp := &pb.Response{}
-		err := p.r.Read(resp)
-		if pr := resp.GetAdmitProgress(); err == nil && pr != nil && resp.Id == req.Id && req.GetAdmit() != nil {
-			// Progress of this admission: report it and read on for its answer.
-			supervisor.ReportProgress(ctx, int(pr.LayersDone))
-			continue
-		}
-		return resp, err
-	}
-}
-
-// Admit implements supervisor.Worker.
-func (p *Process) Admit(ctx context.Context, rung int) (supervisor.Admission, error) {
-	resp, err := p.call(ctx, p.cfg.AdmitTimeout, &pb.Request{Body: &pb.Request_Admit{Admit: &pb.Admit{Rung: uint32(rung), ReportProgress: true}}})
-	if err != nil {
-		return supervisor.Admission{}, err
-	}
-	a := resp.GetAdmitted()
-	if a == nil || a.Rung != uint32(rung) {
-		return supervisor.Admission{}, fmt.Errorf("%w: admit %d answered with %v", errFault, rung, resp)
-	}
-	var out supervisor.Admission
-	if a.CacheHitLayers != nil {
-		v := int(*a.CacheHitLayers)
-		out.CacheHitLayers = &v
-	}
-	if a.CompiledLayers != nil {
-		v := int(*a.CompiledLayers)
-		out.CompiledLayers = &v
-	}
-	return out, nil
-}
-
-// Evict implements supervisor.Worker.
-func (p *Process) Evict(ctx context.Context, rung int) error {
-	resp, err := p.call(ctx, p.cfg.CallTimeout, &pb.Request{Body: &pb.Request_Evict{Evict: &pb.Evict{Rung: uint32(rung)}}})
-	if err != nil {
-		return err
-	}
-	if r := resp.GetReleased(); r == nil || r.Rung != uint32(rung) {
-		return fmt.Errorf("%w: evict %d answered with %v", errFault, rung, resp)
-	}
-	return nil
-}
-
-// Inventory implements supervisor.Worker.
-func (p *Process) Inventory(ctx context.Context) ([]int, error) {
-	resp, err := p.call(ctx, p.cfg.CallTimeout, &pb.Request{Body: &pb.Request_Inventory{Inventory: &pb.Inventory{}}})
-	if err != nil {
-		return nil, err
-	}
-	inv := resp.GetInventory()
-	if inv == nil {
-		return nil, fmt.Errorf("%w: inventory answered with %v", errFault, resp)
-	}
-	out := make([]int, len(inv.Resident))
-	for i, r := range inv.Resident {
-		out[i] = int(r)
-	}
-	return out, nil
-}
-
-// Probe implements supervisor.Worker.
-func (p *Process) Probe(ctx context.Context, rung int) (device, cpu time.Duration, err error) {
-	resp, err := p.call(ctx, p.cfg.CallTimeout, &pb.Request{Body: &pb.Request_Probe{Probe: &pb.Probe{Rung: uint32(rung)}}})
-	if err != nil {
-		return 0, 0, err
-	}
-	r := resp.GetProbeResult()
-	if r == nil || r.Rung != uint32(rung) || !(r.DeviceMs > 0) || !(r.CpuMs > 0) {
-		return 0, 0, fmt.Errorf("%w: probe %d answered with %v", errFault, rung, resp)
-	}
-	return time.Duration(r.DeviceMs * float64(time.Millisecond)), time.Duration(r.CpuMs * float64(time.Millisecond)), nil
-}
-
-// Close closes the worker's channel; it finishes and exits.
-func (p *Process) Close() error {
-	var err error
-	p.close.Do(func() { err = p.stdin.Close() })
-	return err
-}
-
-// Kill ends the process.
-func (p *Process) Kill() error {
-	err := p.cmd.Process.Kill()
-	if errors.Is(err, os.ErrProcessDone) {
-		return nil
-	}
-	return err
-}
-
-// Exited is closed once the process has been waited on: its exit is confirmed.
-func (p *Process) Exited() <-chan struct{} { return p.exited }

@@ -18,7 +18,7 @@ limitations under the License.
 // cluster side (node-agent/agent: registration, Lease renewal at its interval, the placement
 // reconciler, the status writer and its coalescing, its HTTP API) against a real API server,
 // with only the worker processes and the Neural Engine replaced in process by the sim's timing
-// model (see Spawner). A thousand fit in one process on a small machine.
+// model (see Workers). A thousand fit in one process on a small machine.
 package hollow
 
 import (
@@ -41,6 +41,7 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/simane"
+	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
 )
 
 // SigningID is the worker signing identifier every hollow Mac reports.
@@ -143,19 +144,22 @@ func (m *Mac) Restarts() (int, error) {
 // newAgent is one run of the Mac's agent process.
 func (m *Mac) newAgent(cfg Config, auth *apiauth.Delegating) *agent.Agent {
 	spec := m.Spec
+	log := cfg.Log.WithValues("node", spec.Name)
 	return agent.New(agent.Config{
 		NodeName: spec.Name, Labels: spec.Labels,
 		Auth:     auth,
 		Platform: v1.Platform{Chip: "Apple M4 (hollow)", MacOSBuild: spec.MacOSBuild, HardwareModel: "hollow"},
 		Worker:   v1.NodeWorker{SigningIdentifier: SigningID, BinaryDigest: cfg.BinaryDigest, ProtocolVersion: 3, Backend: v1.BackendSim},
 		Budget:   spec.Budget, Address: "127.0.0.1", Listen: []string{"127.0.0.1:0"},
-		Host: &Spawner{Machine: m.Machine, SigningID: SigningID, BinaryDigest: string(cfg.BinaryDigest), Clock: clock.RealClock{},
-			Faults: spec.Faults, CallTimeout: 30 * time.Second, AdmitTimeout: 30 * time.Minute},
+		// The agent's own worker host, at its default call bounds, with its workers in process.
+		Host: workerhost.New(workerhost.Config{Backend: string(v1.BackendSim), BinaryDigest: string(cfg.BinaryDigest), Log: log,
+			Clock: clock.RealClock{}, Launch: (&Workers{Machine: m.Machine, SigningID: SigningID, BinaryDigest: string(cfg.BinaryDigest),
+				Clock: clock.RealClock{}, Faults: spec.Faults}).Launch}),
 		// No lane lock: nothing outside this process could reach the simulated device, and an
 		// agent started again in the same process could not take a lock its predecessor held.
 		ArtifactRoot: filepath.Join(cfg.ArtifactRoot, string(spec.MacOSBuild)), ChipFamily: chipFamily, ConverterVersion: artifact.SimConverterVersion,
 		LeaseDuration: cfg.LeaseDuration, StatusInterval: cfg.StatusInterval,
-		Clock: clock.RealClock{}, Log: cfg.Log.WithValues("node", spec.Name),
+		Clock: clock.RealClock{}, Log: log,
 	})
 }
 

@@ -19,10 +19,14 @@ package hollow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -31,11 +35,15 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/simane"
 	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
 	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
+	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
 )
 
-func spawner(clk *clocktesting.FakeClock, faults string) *Spawner {
-	return &Spawner{Machine: simane.New(simane.Config{Clock: clk, Scale: 1}), SigningID: SigningID, BinaryDigest: "sha256:ab",
-		Clock: clk, Faults: faults, CallTimeout: time.Minute, AdmitTimeout: admitTimeout}
+// spawner is the agent's worker host as a hollow Mac has it, its workers in process.
+func spawner(clk *clocktesting.FakeClock, faults string) *workerhost.Host {
+	ws := &Workers{Machine: simane.New(simane.Config{Clock: clk, Scale: 1}), SigningID: SigningID, BinaryDigest: "sha256:ab",
+		Clock: clk, Faults: faults}
+	return workerhost.New(workerhost.Config{Backend: "sim", BinaryDigest: "sha256:ab", Log: logr.Discard(), Clock: clk,
+		CallTimeout: time.Minute, AdmitTimeout: admitTimeout, Launch: ws.Launch})
 }
 
 var spec = supervisor.ModelSpec{Lane: "ns/lane", Identity: "gte", Model: "gte", Dimensions: 8, Layers: 3, Rungs: []int{128, 256}}
@@ -171,4 +179,63 @@ func TestKillingAHollowWorkerEndsItsCompile(t *testing.T) {
 		t.Error("an admission whose worker was killed succeeded")
 	}
 	<-w.Exited()
+}
+
+func TestAHungHollowWorkerIsBoundedByTheHostsCallTimeoutAndItsExitConfirmed(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	w, _, err := spawner(clk, "hang:evict:1").Spawn(context.Background(), spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Evict(context.Background(), 128) }()
+	waitForWaiter(t, clk) // the host's bound on the call, on the fake clock: the hang waits on nothing
+	clk.Step(time.Minute)
+	err = <-done
+	var we *supervisor.WorkerError
+	if err == nil || errors.As(err, &we) || !strings.Contains(err.Error(), "no answer within 1m0s") {
+		t.Fatalf("the hung eviction answered %v, want the host's timeout fault", err)
+	}
+	select {
+	case <-w.Exited():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hung generation's exit was never confirmed")
+	}
+}
+
+func TestAHollowWorkersStderrLinesReachTheHostsOnStderr(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	h := spawner(clk, "")
+	var (
+		mu    sync.Mutex
+		lines []string
+	)
+	h.OnStderr(func(lane string, gen int64, line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, fmt.Sprintf("%s/%d: %s", lane, gen, line))
+	})
+	w, _, err := h.Spawn(context.Background(), spec, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, err = w.Admit(context.Background(), 128)
+	}()
+	stepUntil(t, clk, done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-w.Exited() // confirmed once every line the worker wrote was read
+	mu.Lock()
+	defer mu.Unlock()
+	want := "ns/lane/7: ane-direct shape admission: shape=128 layers_loaded=3 cache_hit=0 compiled=3 "
+	if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, want) }) {
+		t.Errorf("the host passed on %q, want a line starting %q", lines, want)
+	}
 }
