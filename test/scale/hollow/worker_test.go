@@ -84,6 +84,27 @@ func waitForWaiter(t *testing.T, clk *clocktesting.FakeClock) {
 	}
 }
 
+// spawnOne starts generation 1 of spec's worker, faults injected, on a hollow Mac of its own.
+func spawnOne(t *testing.T, faults string) (*clocktesting.FakeClock, supervisor.Worker) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Now())
+	w, _, err := spawner(clk, faults).Spawn(context.Background(), spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clk, w
+}
+
+// exitConfirmed fails the test unless w's exit is confirmed within a bound.
+func exitConfirmed(t *testing.T, w supervisor.Worker, what string) {
+	t.Helper()
+	select {
+	case <-w.Exited():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s's exit was never confirmed", what)
+	}
+}
+
 func TestAHollowWorkerCompilesLayerByLayerAndReportsProgress(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	s := spawner(clk, "")
@@ -142,13 +163,9 @@ func TestAHollowWorkerCompilesLayerByLayerAndReportsProgress(t *testing.T) {
 }
 
 func TestAHollowWorkerRefusesAndCrashesAsTheSimWorkerDoes(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Now())
-	w, _, err := spawner(clk, "crash:admit:2").Spawn(context.Background(), spec, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, w := spawnOne(t, "crash:admit:2")
 	// A refusal: the worker answered, its stream is healthy.
-	_, err = w.Admit(context.Background(), 4096)
+	_, err := w.Admit(context.Background(), 4096)
 	var we *supervisor.WorkerError
 	if !errors.As(err, &we) || we.Code != "unsupported_shape" {
 		t.Fatalf("admitting a rung off the ladder: %v, want the worker's unsupported_shape", err)
@@ -158,19 +175,11 @@ func TestAHollowWorkerRefusesAndCrashesAsTheSimWorkerDoes(t *testing.T) {
 	if err == nil || errors.As(err, &we) {
 		t.Fatalf("the crashed admission answered %v, want a fault", err)
 	}
-	select {
-	case <-w.Exited():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the crashed generation's exit was never confirmed")
-	}
+	exitConfirmed(t, w, "the crashed generation")
 }
 
 func TestKillingAHollowWorkerEndsItsCompile(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Now())
-	w, _, err := spawner(clk, "").Spawn(context.Background(), spec, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clk, w := spawnOne(t, "")
 	done := make(chan error, 1)
 	go func() { _, err := w.Admit(context.Background(), 256); done <- err }()
 	waitForWaiter(t, clk) // the compile waits on the clock
@@ -182,25 +191,17 @@ func TestKillingAHollowWorkerEndsItsCompile(t *testing.T) {
 }
 
 func TestAHungHollowWorkerIsBoundedByTheHostsCallTimeoutAndItsExitConfirmed(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Now())
-	w, _, err := spawner(clk, "hang:evict:1").Spawn(context.Background(), spec, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clk, w := spawnOne(t, "hang:evict:1")
 	done := make(chan error, 1)
 	go func() { done <- w.Evict(context.Background(), 128) }()
 	waitForWaiter(t, clk) // the host's bound on the call, on the fake clock: the hang waits on nothing
 	clk.Step(time.Minute)
-	err = <-done
+	err := <-done
 	var we *supervisor.WorkerError
 	if err == nil || errors.As(err, &we) || !strings.Contains(err.Error(), "no answer within 1m0s") {
 		t.Fatalf("the hung eviction answered %v, want the host's timeout fault", err)
 	}
-	select {
-	case <-w.Exited():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the hung generation's exit was never confirmed")
-	}
+	exitConfirmed(t, w, "the hung generation")
 }
 
 func TestAHollowWorkersStderrLinesReachTheHostsOnStderr(t *testing.T) {
