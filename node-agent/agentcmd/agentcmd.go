@@ -109,7 +109,7 @@ explicitly (--backend sim): an agent never switches to it on its own.`,
 	f.StringVar(&o.adminSocket, "admin-socket", "", "the Unix socket the admin API (POST /admin/pause, /admin/resume) is served on, to the agent's user only (default <state-dir>/admin.sock); never on --listen")
 	f.StringVar(&o.authAudience, "auth-audience", apiauth.DefaultAudience, "the audience a caller's token must be issued for")
 	f.StringVar(&o.tls, "tls", "auto", "how the HTTP API is encrypted: auto (a serving certificate for the node's name and --advertise-address from the cluster's signer "+
-		servingcert.SignerName+", renewed before it expires), files (--tls-cert-file and --tls-key-file, read at start) or none (plain HTTP: a development fleet only)")
+		servingcert.SignerName+", renewed before it expires), files (--tls-cert-file and --tls-key-file, read at start and again whenever they change) or none (plain HTTP: a development fleet only)")
 	f.StringVar(&o.tlsCertFile, "tls-cert-file", "", "--tls=files: the serving certificate (PEM, the leaf first)")
 	f.StringVar(&o.tlsKeyFile, "tls-key-file", "", "--tls=files: the serving certificate's key (PEM)")
 	f.StringVar(&o.tlsDir, "tls-cert-dir", "", "--tls=auto: where the serving certificate and its key are kept across restarts (default <state-dir>/pki)")
@@ -270,7 +270,7 @@ func servingCertificate(o options, restConfig *rest.Config, clk clock.WithTicker
 		if o.tlsCertFile == "" || o.tlsKeyFile == "" {
 			return nil, errors.New("--tls=files needs --tls-cert-file and --tls-key-file")
 		}
-		return servingcert.LoadFiles(o.tlsCertFile, o.tlsKeyFile)
+		return servingcert.LoadFiles(servingcert.FilesConfig{CertFile: o.tlsCertFile, KeyFile: o.tlsKeyFile, Log: log.WithName("tls")})
 	case "none":
 		log.Info("the HTTP API is served as plain HTTP (--tls=none): callers' tokens and data cross the network unencrypted; use this for a development fleet only")
 		return nil, nil
