@@ -26,12 +26,10 @@ package serving
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"k8s.io/utils/clock"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
@@ -110,6 +108,10 @@ type laneState struct {
 	// hold is a moving average of how long a call holds its permit (under Server.mu): a call
 	// that would wait in the queue, and then run, past its deadline is refused at once.
 	hold time.Duration
+	// shapes are the lane's shapes with an exchange running, and the parts waiting for the
+	// next (under cmu; coalesce.go).
+	cmu    sync.Mutex
+	shapes map[shapeKey]*combiner
 }
 
 // holdWeight is the weight of a new sample in laneState.hold: about the last 8 calls count.
@@ -133,7 +135,7 @@ func (s *Server) AddLane(l Lane) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.lanes[l.Name] = &laneState{Lane: l, permits: make(chan struct{}, l.MaxInflight)}
+	s.lanes[l.Name] = &laneState{Lane: l, permits: make(chan struct{}, l.MaxInflight), shapes: map[shapeKey]*combiner{}}
 }
 
 // StopLane refuses new calls on a lane (lane_retired) at once, without waiting for the running
@@ -387,16 +389,8 @@ func (s *Server) task(caller context.Context, l *laneState, groups []group, n in
 			done <- taskResult{err: refusal.New(refusal.DeadlineExceeded, l.Name, "bucket %d was admitted after the deadline; nothing ran", g.rung)}
 			return
 		}
-		payload, _ := proto.Marshal(g.payload)
 		// The exchange is never cut short by the caller: the reply drains before the lease goes.
-		raw, err := lease.Exchange(base, payload)
-		if err == nil {
-			err = s.validate(l, g, raw, res)
-			if err != nil {
-				lease.Fault(err)
-				err = refusal.New(refusal.EngineCrashed, l.Name, "%v", err)
-			}
-		}
+		err = s.exchange(base, l, &part{g: g, lease: lease, res: res, deadline: deadline, cancelled: cancelled})
 		gen := lease.Generation()
 		lease.Release()
 		if err != nil {
@@ -415,40 +409,6 @@ func (s *Server) task(caller context.Context, l *laneState, groups []group, n in
 
 func (s *Server) expired(deadline time.Time) bool {
 	return !deadline.IsZero() && !s.clk.Now().Before(deadline)
-}
-
-// validate checks a reply against its group and places its outputs in input order. A reply of
-// the wrong size or with non-finite numbers is malformed: the worker is recovered.
-func (s *Server) validate(l *laneState, g group, raw []byte, res *Result) error {
-	reply := &pb.Reply{}
-	if err := proto.Unmarshal(raw, reply); err != nil {
-		return fmt.Errorf("malformed reply: %v", err)
-	}
-	if l.Task == "embed" {
-		if len(reply.Vectors) != len(g.index) {
-			return fmt.Errorf("malformed reply: %d vectors for %d sequences", len(reply.Vectors), len(g.index))
-		}
-		for i, v := range reply.Vectors {
-			if len(v.Values) != l.Dimensions {
-				return fmt.Errorf("malformed reply: a vector of %d dimensions, want %d", len(v.Values), l.Dimensions)
-			}
-			if slices.ContainsFunc(v.Values, func(x float32) bool { return math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) }) {
-				return fmt.Errorf("malformed reply: a vector holds a non-finite value")
-			}
-			res.Vectors[g.index[i]] = v.Values
-		}
-		return nil
-	}
-	if len(reply.Scores) != len(g.index) {
-		return fmt.Errorf("malformed reply: %d scores for %d sequences", len(reply.Scores), len(g.index))
-	}
-	for i, sc := range reply.Scores {
-		if math.IsNaN(float64(sc)) || math.IsInf(float64(sc), 0) {
-			return fmt.Errorf("malformed reply: a non-finite score")
-		}
-		res.Scores[g.index[i]] = sc
-	}
-	return nil
 }
 
 // plan refuses what cannot run and groups the sequences by the smallest rung that fits.
@@ -493,23 +453,39 @@ func plan(l Lane, task string, sequences [][]uint32) ([]group, error) {
 // request, an embedding dims float32s and a score one in the reply, and each sequence or vector
 // a few bytes of framing.
 func split(l Lane, g group) []group {
-	perReply := 8 // a score and its framing
-	if l.Task == "embed" {
-		perReply = 4*l.Dimensions + 8
-	}
+	perReply := replyBytes(l)
 	var out []group
 	cur := group{rung: g.rung, payload: &pb.Execute{Task: g.payload.Task}}
-	reqBytes, replyBytes := 0, 0
+	reqSum, replySum := 0, 0
 	for k, seq := range g.payload.Sequences {
-		req := 5*len(seq.TokenIds) + 8
-		if len(cur.index) > 0 && (len(cur.index) >= l.MaxExchangeSequences || reqBytes+req > exchangeBytes || replyBytes+perReply > exchangeBytes) {
+		req := requestBytes(seq)
+		if len(cur.index) > 0 && (len(cur.index) >= l.MaxExchangeSequences || reqSum+req > exchangeBytes || replySum+perReply > exchangeBytes) {
 			out = append(out, cur)
 			cur = group{rung: g.rung, payload: &pb.Execute{Task: g.payload.Task}}
-			reqBytes, replyBytes = 0, 0
+			reqSum, replySum = 0, 0
 		}
 		cur.index = append(cur.index, g.index[k])
 		cur.payload.Sequences = append(cur.payload.Sequences, seq)
-		reqBytes, replyBytes = reqBytes+req, replyBytes+perReply
+		reqSum, replySum = reqSum+req, replySum+perReply
 	}
 	return append(out, cur)
+}
+
+// requestBytes is a sequence's estimated size in an exchange's request, replyBytes its
+// output's in the reply.
+func requestBytes(seq *pb.Sequence) int { return 5*len(seq.TokenIds) + 8 }
+
+func replyBytes(l Lane) int {
+	if l.Task == "embed" {
+		return 4*l.Dimensions + 8
+	}
+	return 8 // a score and its framing
+}
+
+// groupBytes is a group's estimated size in an exchange's request and in its reply.
+func groupBytes(l Lane, g group) (req, reply int) {
+	for _, seq := range g.payload.Sequences {
+		req += requestBytes(seq)
+	}
+	return req, len(g.index) * replyBytes(l)
 }

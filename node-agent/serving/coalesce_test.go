@@ -1,0 +1,221 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package serving
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/internal/fakeworker"
+	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
+	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
+	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
+)
+
+// batching is a lane "a" whose first worker is warm and holds its exchanges at a gate, and
+// records the token counts of every exchange's sequences.
+type batching struct {
+	*live
+	w    *fakeworker.Worker
+	gate chan struct{}
+
+	mu        sync.Mutex
+	exchanges [][]int
+	// faultShared makes an exchange of more than one sequence fail as a broken pipe does.
+	faultShared bool
+}
+
+func newBatching(t *testing.T, opts ...func(*supervisor.ModelSpec, *Lane)) *batching {
+	t.Helper()
+	b := &batching{live: newLive(t, 100), gate: make(chan struct{})}
+	b.lane("a", opts...)
+	if o := b.settle(b.call("a", 10, time.Time{}), time.Second); o.err != nil {
+		t.Fatal(o.err)
+	}
+	b.w = b.sp.Get(t, "a", 1)
+	b.w.Lock()
+	b.w.ExchangeGate = b.gate
+	embed := b.w.Reply
+	b.w.Reply = func(rung int, payload []byte) ([]byte, error) {
+		e := &pb.Execute{}
+		if err := proto.Unmarshal(payload, e); err != nil {
+			return nil, err
+		}
+		var lens []int
+		for _, s := range e.Sequences {
+			lens = append(lens, len(s.TokenIds))
+		}
+		b.mu.Lock()
+		b.exchanges = append(b.exchanges, lens)
+		fault := b.faultShared && len(lens) > 1
+		b.mu.Unlock()
+		if fault {
+			return nil, fakeworker.ErrBrokenPipe
+		}
+		if slices.Contains(lens, refusedLength) {
+			return nil, &residency.WorkerError{Code: "invalid_input", Message: "a sequence of 13 tokens is refused"}
+		}
+		return embed(rung, payload)
+	}
+	b.w.Unlock()
+	return b
+}
+
+// refusedLength is the length of a sequence the batching worker refuses.
+const refusedLength = 13
+
+// waiting is how many parts wait for the next exchange of lane a's shapes.
+func (b *batching) waiting() int {
+	b.srv.mu.Lock()
+	ln := b.srv.lanes["a"]
+	b.srv.mu.Unlock()
+	ln.cmu.Lock()
+	defer ln.cmu.Unlock()
+	n := 0
+	for _, c := range ln.shapes {
+		n += len(c.queue)
+	}
+	return n
+}
+
+// hold starts a call of 10 tokens whose exchange waits at the gate, then calls of lengths,
+// each waiting for the next exchange, and returns their answers in order.
+func (b *batching) hold(deadline time.Time, lengths ...int) (held <-chan outcome, waiting []<-chan outcome) {
+	b.t.Helper()
+	held = b.call("a", 10, time.Time{})
+	eventually(b.t, "the first call's exchange runs", func() bool { return b.w.Exchanging() == 1 })
+	for i, n := range lengths {
+		waiting = append(waiting, b.call("a", n, deadline))
+		eventually(b.t, "the call waits for the next exchange", func() bool { return b.waiting() == i+1 })
+	}
+	return held, waiting
+}
+
+func (b *batching) recorded() [][]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.exchanges)
+}
+
+// wantOwnVector checks that a call of n tokens got its own input's embedding.
+func wantOwnVector(t *testing.T, o outcome, n int) {
+	t.Helper()
+	if o.err != nil {
+		t.Fatalf("the call of %d tokens: %v", n, o.err)
+	}
+	if want := worker.Embed("a", 8, tokens(n)); len(o.res.Vectors) != 1 || !slices.Equal(o.res.Vectors[0], want) {
+		t.Fatalf("the call of %d tokens got %v, want its own input's embedding %v", n, o.res.Vectors, want)
+	}
+}
+
+func TestCallsWaitingOnOneShapeShareItsNextExchange(t *testing.T) {
+	b := newBatching(t)
+	held, waiting := b.hold(time.Time{}, 11, 12, 14)
+	close(b.gate)
+	wantOwnVector(t, waitAnswer(t, held), 10)
+	for i, n := range []int{11, 12, 14} {
+		wantOwnVector(t, waitAnswer(t, waiting[i]), n)
+	}
+	if got, want := b.recorded(), [][]int{{10}, {11, 12, 14}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("exchanges carried %v, want the held call alone, then the three that waited together", got)
+	}
+	eventually(t, "every call let go", func() bool { return b.srv.Inflight("a") == 0 && b.waiting() == 0 })
+	// A call that finds the shape idle runs at once, alone.
+	wantOwnVector(t, waitAnswer(t, b.call("a", 15, time.Time{})), 15)
+	if got := b.recorded(); !slices.Equal(got[len(got)-1], []int{15}) {
+		t.Fatalf("the last exchange carried %v, want the lone call", got[len(got)-1])
+	}
+}
+
+func TestAnExchangeOfWaitingCallsKeepsTheLanesBoundOnOneExchange(t *testing.T) {
+	b := newBatching(t, func(_ *supervisor.ModelSpec, ln *Lane) { ln.MaxExchangeSequences = 2 })
+	held, waiting := b.hold(time.Time{}, 11, 12, 14, 15, 16)
+	close(b.gate)
+	wantOwnVector(t, waitAnswer(t, held), 10)
+	for i, n := range []int{11, 12, 14, 15, 16} {
+		wantOwnVector(t, waitAnswer(t, waiting[i]), n)
+	}
+	if got, want := b.recorded(), [][]int{{10}, {11, 12}, {14, 15}, {16}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("exchanges carried %v, want at most 2 sequences each, in order of arrival", got)
+	}
+}
+
+func TestAWorkerRefusalOfASharedExchangeIsAnsweredToEachCallAlone(t *testing.T) {
+	b := newBatching(t)
+	held, waiting := b.hold(time.Time{}, 11, refusedLength, 14)
+	close(b.gate)
+	wantOwnVector(t, waitAnswer(t, held), 10)
+	wantOwnVector(t, waitAnswer(t, waiting[0]), 11)
+	if o := waitAnswer(t, waiting[1]); o.err == nil || !residency.IsWorkerError(o.err) {
+		t.Fatalf("the refused input's call got %+v, want the worker's refusal", o)
+	}
+	wantOwnVector(t, waitAnswer(t, waiting[2]), 14)
+	if got, want := b.recorded(), [][]int{{10}, {11, refusedLength, 14}, {11}, {refusedLength}, {14}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("exchanges carried %v, want the refused batch sent again call by call", got)
+	}
+	if n := b.sp.Spawned("a"); n != 1 {
+		t.Fatalf("%d workers spawned: a refusal is not a fault", n)
+	}
+}
+
+func TestAFaultInASharedExchangeFailsEachCallInItAndRecoversTheWorkerOnce(t *testing.T) {
+	b := newBatching(t)
+	b.mu.Lock()
+	b.faultShared = true
+	b.mu.Unlock()
+	held, waiting := b.hold(time.Time{}, 11, 12)
+	close(b.gate)
+	wantOwnVector(t, waitAnswer(t, held), 10)
+	for i, c := range waiting {
+		if o := waitAnswer(t, c); refusal.CodeOf(o.err) != refusal.EngineCrashed {
+			t.Fatalf("call %d of the faulted exchange got %v, want engine_crashed", i, o.err)
+		}
+	}
+	if got, want := b.recorded(), [][]int{{10}, {11, 12}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("exchanges carried %v, want the faulted one never sent again", got)
+	}
+	// The worker is recovered once: the next call runs on generation 2, and no third is spawned.
+	if o := b.settle(b.call("a", 10, time.Time{}), 2*time.Second); o.err != nil || o.res.Generations[0] != 2 {
+		t.Fatalf("after the fault: %+v, want the replacement to serve", o)
+	}
+	if n := b.sp.Spawned("a"); n != 2 {
+		t.Fatalf("%d workers spawned, want the faulted one replaced once", n)
+	}
+}
+
+func TestACallWhoseDeadlinePassesWhileItWaitsForTheNextExchangeIsNotSent(t *testing.T) {
+	b := newBatching(t)
+	held, waiting := b.hold(b.clk.Now().Add(time.Second), 11, 12)
+	b.clk.Step(time.Second)
+	for i, c := range waiting {
+		if o := waitAnswer(t, c); refusal.CodeOf(o.err) != refusal.DeadlineExceeded {
+			t.Fatalf("waiting call %d got %v at its deadline, want deadline_exceeded", i, o.err)
+		}
+	}
+	close(b.gate)
+	wantOwnVector(t, waitAnswer(t, held), 10)
+	eventually(t, "every call let go", func() bool { return b.srv.Inflight("a") == 0 })
+	if got, want := b.recorded(), [][]int{{10}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("exchanges carried %v, want nothing sent after its deadline", got)
+	}
+}
