@@ -21,3 +21,19 @@ package protocol
 // compiler is reported to fail silently after about 119 in one process). Nothing was loaded;
 // the agent requeues the admission for the replacement, which starts with no compiles made.
 const CodeRecycle = "worker_recycle"
+
+// CodeInvalidInput and CodeUnsupportedShape are the Error codes by which a worker refuses an
+// Execute's input: a token id outside the model's vocabulary, a rerank sequence that is not
+// query, separator, document, a sequence the rung does not take. A worker checks every
+// sequence of an Execute before it runs any, so an Execute refused with either ran nothing:
+// the agent may send its sequences again, apart, without replaying any inference.
+const (
+	CodeInvalidInput     = "invalid_input"
+	CodeUnsupportedShape = "unsupported_shape"
+)
+
+// InputRefusal says whether code is a refusal of an Execute's input, made before any
+// sequence ran.
+func InputRefusal(code string) bool {
+	return code == CodeInvalidInput || code == CodeUnsupportedShape
+}

@@ -54,6 +54,9 @@ type Event struct {
 	Ticket    uint64
 	// RPC names the worker call for stream and RPC events: admit, evict, exchange or probe.
 	RPC string
+	// Riders are the other requests whose parts an exchange carries with its own request's
+	// (serving shares one shape's exchanges among the calls waiting for it).
+	Riders []string
 	// Charge is the executables a reservation, an eviction's acknowledgement or a refund moved;
 	// Used is the charged executables after it.
 	Charge, Used int
@@ -64,6 +67,19 @@ type requestIDKey struct{}
 // WithRequestID tags a request's context so that the timeline names it.
 func WithRequestID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+type ridersKey struct{}
+
+// WithRiders tags an exchange's context with the other requests whose parts it carries.
+func WithRiders(ctx context.Context, ids []string) context.Context {
+	return context.WithValue(ctx, ridersKey{}, ids)
+}
+
+// Riders returns the ids WithRiders put in ctx, or nil.
+func Riders(ctx context.Context) []string {
+	ids, _ := ctx.Value(ridersKey{}).([]string)
+	return ids
 }
 
 // RequestID returns the id WithRequestID put in ctx, or "".

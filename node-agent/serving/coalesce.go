@@ -18,6 +18,7 @@ package serving
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -25,6 +26,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
@@ -53,6 +55,7 @@ type combiner struct {
 
 // part is one call's group on its lease, waiting to be sent, sent, or answered.
 type part struct {
+	requestID string
 	g         group
 	lease     Lease
 	res       *Result
@@ -64,6 +67,8 @@ type part struct {
 	// outcome is set. A waiting part gets exactly one of them.
 	lead chan []*part
 	done chan struct{}
+	// alone: the part goes in an exchange of its own (a shared one refused its input).
+	alone bool
 }
 
 // exchange runs p's group on its lease, alone or with the parts waiting on the same shape, and
@@ -96,8 +101,51 @@ func (s *Server) exchange(base context.Context, l *laneState, p *part) error {
 // lead sends batch, headed by the caller's own part, then hands the parts that waited meanwhile
 // to the head of the next batch, and lets this batch's other parts go.
 func (s *Server) lead(base context.Context, l *laneState, k shapeKey, c *combiner, batch []*part) {
-	// A part whose deadline passed, or whose caller went away, while it waited is not sent:
-	// no later bucket starts after either.
+	again, faulted := s.send(base, l, s.sendable(l, batch))
+	if len(again) > 0 && again[0] == batch[0] {
+		// The leader's own part was refused with others: it goes again at once, alone; the
+		// others go again each in its own exchange, led by its own call, ahead of the queue.
+		again = again[1:]
+		_, faulted = s.send(base, l, s.sendable(l, batch[:1]))
+	}
+	var dropped []*part
+	l.cmu.Lock()
+	if faulted {
+		// The worker generation faulted: its stream is broken, and it is recovered once the
+		// faulting lease goes. What waits for it is answered without being sent.
+		dropped, c.queue, again = append(again, c.queue...), nil, nil
+	}
+	for _, q := range again {
+		q.alone = true
+	}
+	c.queue = append(again, c.queue...)
+	next := take(l.Lane, c)
+	if next == nil {
+		c.running = false
+		delete(l.shapes, k)
+	}
+	l.cmu.Unlock()
+	if next != nil {
+		next[0].lead <- next
+	}
+	// Every part of the batch but its leader and those queued again is answered now, and so is
+	// every part dropped.
+	for _, q := range dropped {
+		q.err = refusal.New(refusal.EngineCrashed, l.Name, "worker generation %d failed in an earlier exchange of rung %d; this call's part was not sent", k.gen, k.rung)
+	}
+	for _, q := range batch[1:] {
+		if !slices.Contains(again, q) && !slices.Contains(dropped, q) {
+			close(q.done)
+		}
+	}
+	for _, q := range dropped {
+		close(q.done)
+	}
+}
+
+// sendable is the parts of batch still to send: a part whose deadline passed, or whose caller
+// went away, while it waited is answered so and not sent: no later bucket starts after either.
+func (s *Server) sendable(l *laneState, batch []*part) []*part {
 	send := make([]*part, 0, len(batch))
 	for _, q := range batch {
 		switch {
@@ -109,26 +157,12 @@ func (s *Server) lead(base context.Context, l *laneState, k shapeKey, c *combine
 			send = append(send, q)
 		}
 	}
-	if len(send) > 0 {
-		s.send(base, l, send)
-	}
-	l.cmu.Lock()
-	next := take(l.Lane, c)
-	if next == nil {
-		c.running = false
-		delete(l.shapes, k)
-	}
-	l.cmu.Unlock()
-	if next != nil {
-		next[0].lead <- next
-	}
-	for _, q := range batch[1:] {
-		close(q.done)
-	}
+	return send
 }
 
 // take removes from c's queue the parts of the next exchange: those first in line that fit
-// its bounds together (the first always does: its group was split to fit).
+// its bounds together (the first always does: its group was split to fit), and only the first
+// if it, or the next, goes alone.
 func take(l Lane, c *combiner) []*part {
 	if len(c.queue) == 0 {
 		return nil
@@ -136,7 +170,8 @@ func take(l Lane, c *combiner) []*part {
 	n, seqs, reqBytes, replyBytes := 0, 0, 0, 0
 	for _, q := range c.queue {
 		req, reply := groupBytes(l, q.g)
-		if n > 0 && (seqs+len(q.g.index) > l.MaxExchangeSequences || reqBytes+req > exchangeBytes || replyBytes+reply > exchangeBytes) {
+		if n > 0 && (q.alone || c.queue[0].alone || seqs+len(q.g.index) > l.MaxExchangeSequences ||
+			reqBytes+req > exchangeBytes || replyBytes+reply > exchangeBytes) {
 			break
 		}
 		n, seqs, reqBytes, replyBytes = n+1, seqs+len(q.g.index), reqBytes+req, replyBytes+reply
@@ -147,11 +182,16 @@ func take(l Lane, c *combiner) []*part {
 }
 
 // send runs one exchange for parts on the first one's lease and places each part's outputs. A
-// fault, or a malformed reply, fails every part (the worker is recovered once, after the
-// lease goes). A worker's refusal of a batch is not laid on every call in it: one call's input
-// may be what it refused, so each part is sent again alone and gets its own answer (a refusal
-// is an answer, not a fault: nothing is replayed that may have run on a broken stream).
-func (s *Server) send(base context.Context, l *laneState, parts []*part) {
+// fault, or a malformed reply, fails every part, and the worker is recovered once, after the
+// lease goes (faulted). A worker's refusal fails every part too, but one: a shared exchange
+// whose input the worker refused, which it does before it runs any sequence, is not laid on
+// every call in it, since one call's input may be what it refused: those parts are returned to
+// be sent again, each alone (again), and get their own answers. Nothing that may have run is
+// sent again: any other refusal (the device's) may come after some sequences ran.
+func (s *Server) send(base context.Context, l *laneState, parts []*part) (again []*part, faulted bool) {
+	if len(parts) == 0 {
+		return nil, false
+	}
 	payload := parts[0].g.payload
 	if len(parts) > 1 {
 		payload = &pb.Execute{Task: payload.Task}
@@ -160,23 +200,50 @@ func (s *Server) send(base context.Context, l *laneState, parts []*part) {
 		}
 	}
 	raw, _ := proto.Marshal(payload)
-	// The exchange is never cut short by a caller: the reply drains before any lease goes.
-	reply, err := parts[0].lease.Exchange(base, raw)
-	if err != nil && len(parts) > 1 && residency.IsWorkerError(err) {
-		for _, q := range parts {
-			s.send(base, l, []*part{q})
+	ctx := base
+	if len(parts) > 1 {
+		// The timeline names every request the exchange carries, not its leader's alone.
+		riders := make([]string, 0, len(parts)-1)
+		for _, q := range parts[1:] {
+			riders = append(riders, q.requestID)
 		}
-		return
+		ctx = residency.WithRiders(ctx, riders)
 	}
-	if err == nil {
+	// The exchange is never cut short by a caller: the reply drains before any lease goes.
+	reply, err := parts[0].lease.Exchange(ctx, raw)
+	var refused *residency.WorkerError
+	switch {
+	case errors.As(err, &refused):
+		if len(parts) > 1 && protocol.InputRefusal(refused.Code) {
+			return parts, false
+		}
+		err = workerRefusal(l.Name, refused)
+	case err != nil:
+		faulted = true
+	default:
 		if err = place(l, parts, reply); err != nil {
 			parts[0].lease.Fault(err)
-			err = refusal.New(refusal.EngineCrashed, l.Name, "%v", err)
+			err, faulted = refusal.New(refusal.EngineCrashed, l.Name, "%v", err), true
 		}
 	}
 	for _, q := range parts {
 		q.err = err
 	}
+	return nil, faulted
+}
+
+// workerRefusal is the answer to a worker's refusal of an exchange: the caller's input, or the
+// lane that cannot run it now.
+func workerRefusal(lane string, e *residency.WorkerError) error {
+	switch e.Code {
+	case protocol.CodeInvalidInput:
+		return refusal.New(refusal.InvalidRequest, lane, "the worker refused the input: %s", e.Message)
+	case protocol.CodeUnsupportedShape:
+		return refusal.New(refusal.UnsupportedShape, lane, "the worker refused the input: %s", e.Message)
+	case string(refusal.ResourcesExhausted):
+		return refusal.New(refusal.ResourcesExhausted, lane, "%s", e.Message)
+	}
+	return refusal.New(refusal.WorkerRefused, lane, "the worker refused the exchange: %s: %s", e.Code, e.Message)
 }
 
 // place checks a reply against the parts it answers and places each part's outputs in its

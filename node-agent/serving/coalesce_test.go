@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/internal/fakeworker"
+	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
@@ -41,13 +42,30 @@ type batching struct {
 
 	mu        sync.Mutex
 	exchanges [][]int
-	// faultShared makes an exchange of more than one sequence fail as a broken pipe does.
-	faultShared bool
+	// rpcs are the request ids the timeline names on each exchange's start: its leader's, then
+	// its riders'.
+	rpcs [][]string
+	// faultShared makes an exchange of more than one sequence fail as a broken pipe does;
+	// refuseShared makes the worker refuse one with that code.
+	faultShared  bool
+	refuseShared string
+	// faultAt makes an exchange of these lengths fail as a broken pipe does.
+	faultAt []int
+	// holdAt, when set, is a gate an exchange of these lengths waits at before it answers.
+	holdAt   []int
+	holdGate chan struct{}
 }
 
 func newBatching(t *testing.T, opts ...func(*supervisor.ModelSpec, *Lane)) *batching {
 	t.Helper()
-	b := &batching{live: newLive(t, 100), gate: make(chan struct{})}
+	b := &batching{gate: make(chan struct{})}
+	b.live = newTracedLive(t, 100, func(ev supervisor.Event) {
+		if ev.Kind == residency.EventRPCStart && ev.RPC == "exchange" {
+			b.mu.Lock()
+			b.rpcs = append(b.rpcs, append([]string{ev.RequestID}, ev.Riders...))
+			b.mu.Unlock()
+		}
+	})
 	b.lane("a", opts...)
 	if o := b.settle(b.call("a", 10, time.Time{}), time.Second); o.err != nil {
 		t.Fatal(o.err)
@@ -67,13 +85,26 @@ func newBatching(t *testing.T, opts ...func(*supervisor.ModelSpec, *Lane)) *batc
 		}
 		b.mu.Lock()
 		b.exchanges = append(b.exchanges, lens)
-		fault := b.faultShared && len(lens) > 1
-		b.mu.Unlock()
-		if fault {
-			return nil, fakeworker.ErrBrokenPipe
+		fault, refuse := b.faultShared && len(lens) > 1 || b.faultAt != nil && slices.Equal(lens, b.faultAt), ""
+		if len(lens) > 1 {
+			refuse = b.refuseShared
 		}
-		if slices.Contains(lens, refusedLength) {
-			return nil, &residency.WorkerError{Code: "invalid_input", Message: "a sequence of 13 tokens is refused"}
+		var hold chan struct{}
+		if b.holdGate != nil && slices.Equal(lens, b.holdAt) {
+			hold = b.holdGate
+		}
+		b.mu.Unlock()
+		if hold != nil {
+			<-hold
+		}
+		switch {
+		case fault:
+			return nil, fakeworker.ErrBrokenPipe
+		case refuse != "":
+			return nil, &residency.WorkerError{Code: refuse, Message: "the device failed"}
+		case slices.Contains(lens, refusedLength):
+			// As a worker does, every sequence is checked before any runs.
+			return nil, &residency.WorkerError{Code: protocol.CodeInvalidInput, Message: "a sequence of 13 tokens is refused"}
 		}
 		return embed(rung, payload)
 	}
@@ -139,6 +170,12 @@ func TestCallsWaitingOnOneShapeShareItsNextExchange(t *testing.T) {
 	if got, want := b.recorded(), [][]int{{10}, {11, 12, 14}}; !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("exchanges carried %v, want the held call alone, then the three that waited together", got)
 	}
+	b.mu.Lock()
+	rpcs := slices.Clone(b.rpcs)
+	b.mu.Unlock()
+	if want := []string{"call-11", "call-12", "call-14"}; len(rpcs) < 3 || !slices.Equal(rpcs[len(rpcs)-1], want) {
+		t.Fatalf("the timeline named %v on the exchanges, want the shared one naming its leader and riders %v", rpcs, want)
+	}
 	eventually(t, "every call let go", func() bool { return b.srv.Inflight("a") == 0 && b.waiting() == 0 })
 	// A call that finds the shape idle runs at once, alone.
 	wantOwnVector(t, waitAnswer(t, b.call("a", 15, time.Time{})), 15)
@@ -166,8 +203,8 @@ func TestAWorkerRefusalOfASharedExchangeIsAnsweredToEachCallAlone(t *testing.T) 
 	close(b.gate)
 	wantOwnVector(t, waitAnswer(t, held), 10)
 	wantOwnVector(t, waitAnswer(t, waiting[0]), 11)
-	if o := waitAnswer(t, waiting[1]); o.err == nil || !residency.IsWorkerError(o.err) {
-		t.Fatalf("the refused input's call got %+v, want the worker's refusal", o)
+	if o := waitAnswer(t, waiting[1]); refusal.CodeOf(o.err) != refusal.InvalidRequest {
+		t.Fatalf("the refused input's call got %+v, want invalid_request, the worker's refusal of its input", o)
 	}
 	wantOwnVector(t, waitAnswer(t, waiting[2]), 14)
 	if got, want := b.recorded(), [][]int{{10}, {11, refusedLength, 14}, {11}, {refusedLength}, {14}}; !slices.EqualFunc(got, want, slices.Equal) {
@@ -218,4 +255,108 @@ func TestACallWhoseDeadlinePassesWhileItWaitsForTheNextExchangeIsNotSent(t *test
 	if got, want := b.recorded(), [][]int{{10}}; !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("exchanges carried %v, want nothing sent after its deadline", got)
 	}
+}
+
+// A refusal that is not of the input (the device's) may come after some sequences ran: it is
+// answered to every call of the exchange, and nothing is sent again.
+func TestADeviceRefusalOfASharedExchangeIsAnsweredToEveryCallAndNothingIsSentAgain(t *testing.T) {
+	b := newBatching(t)
+	b.mu.Lock()
+	b.refuseShared = "ane_failed"
+	b.mu.Unlock()
+	held, waiting := b.hold(time.Time{}, 11, 12)
+	close(b.gate)
+	wantOwnVector(t, waitAnswer(t, held), 10)
+	for i, c := range waiting {
+		if o := waitAnswer(t, c); refusal.CodeOf(o.err) != refusal.WorkerRefused {
+			t.Fatalf("call %d got %v, want worker_refused", i, o.err)
+		}
+	}
+	if got, want := b.recorded(), [][]int{{10}, {11, 12}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("exchanges carried %v, want nothing sent again", got)
+	}
+	if n := b.sp.Spawned("a"); n != 1 {
+		t.Fatalf("%d workers spawned: a refusal is not a fault", n)
+	}
+}
+
+// The calls of a refused shared exchange go again alone, each checked against its deadline
+// before it goes: none starts after it.
+func TestACallSentAgainAloneAfterARefusalStillEndsAtItsDeadline(t *testing.T) {
+	b := newBatching(t)
+	hold := make(chan struct{})
+	b.mu.Lock()
+	b.holdAt, b.holdGate = []int{11}, hold // the first call sent again alone takes its time
+	b.mu.Unlock()
+	held, waiting := b.hold(b.clk.Now().Add(time.Second), 11, refusedLength, 14)
+	close(b.gate)
+	wantOwnVector(t, waitAnswer(t, held), 10)
+	eventually(t, "the first call goes again alone", func() bool {
+		got := b.recorded()
+		return len(got) == 3 && slices.Equal(got[2], []int{11})
+	})
+	b.clk.Step(time.Second)
+	for i, c := range waiting {
+		if o := waitAnswer(t, c); refusal.CodeOf(o.err) != refusal.DeadlineExceeded {
+			t.Fatalf("call %d got %v at its deadline, want deadline_exceeded", i, o.err)
+		}
+	}
+	close(hold)
+	eventually(t, "every call let go", func() bool { return b.srv.Inflight("a") == 0 && b.waiting() == 0 })
+	if got, want := b.recorded(), [][]int{{10}, {11, refusedLength, 14}, {11}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("exchanges carried %v, want none sent again after its deadline", got)
+	}
+}
+
+// Calls that wait for a shape whose exchange faults are answered engine_crashed without being
+// sent to the broken worker.
+func TestCallsWaitingBehindAFaultedExchangeAreNotSentToTheBrokenWorker(t *testing.T) {
+	b := newBatching(t)
+	hold := make(chan struct{})
+	b.mu.Lock()
+	b.faultShared = true
+	b.holdAt, b.holdGate = []int{11, 12}, hold
+	b.mu.Unlock()
+	held, waiting := b.hold(time.Time{}, 11, 12)
+	close(b.gate)
+	wantOwnVector(t, waitAnswer(t, held), 10)
+	eventually(t, "the shared exchange runs", func() bool { return len(b.recorded()) == 2 })
+	behind := []<-chan outcome{b.call("a", 14, time.Time{}), b.call("a", 15, time.Time{})}
+	eventually(t, "two calls wait behind it", func() bool { return b.waiting() == 2 })
+	close(hold)
+	for i, c := range append(waiting, behind...) {
+		if o := waitAnswer(t, c); refusal.CodeOf(o.err) != refusal.EngineCrashed {
+			t.Fatalf("call %d got %v, want engine_crashed", i, o.err)
+		}
+	}
+	if got, want := b.recorded(), [][]int{{10}, {11, 12}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("exchanges carried %v, want nothing sent after the fault", got)
+	}
+	if o := b.settle(b.call("a", 10, time.Time{}), 2*time.Second); o.err != nil || o.res.Generations[0] != 2 {
+		t.Fatalf("after the fault: %+v, want the replacement to serve", o)
+	}
+	if n := b.sp.Spawned("a"); n != 2 {
+		t.Fatalf("%d workers spawned, want the faulted one replaced once", n)
+	}
+}
+
+// When the first of a refused exchange's calls, sent again alone, faults the worker, the
+// others are answered engine_crashed without being sent to it, and none is left waiting.
+func TestCallsToBeSentAgainAfterARefusalAreNotSentToAWorkerThatFaultedMeanwhile(t *testing.T) {
+	b := newBatching(t)
+	b.mu.Lock()
+	b.faultAt = []int{11}
+	b.mu.Unlock()
+	held, waiting := b.hold(time.Time{}, 11, refusedLength, 14)
+	close(b.gate)
+	wantOwnVector(t, waitAnswer(t, held), 10)
+	for i, c := range waiting {
+		if o := waitAnswer(t, c); refusal.CodeOf(o.err) != refusal.EngineCrashed {
+			t.Fatalf("call %d got %v, want engine_crashed", i, o.err)
+		}
+	}
+	if got, want := b.recorded(), [][]int{{10}, {11, refusedLength, 14}, {11}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("exchanges carried %v, want nothing sent to the faulted worker", got)
+	}
+	eventually(t, "every call let go", func() bool { return b.srv.Inflight("a") == 0 && b.waiting() == 0 })
 }

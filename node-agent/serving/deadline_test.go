@@ -17,6 +17,7 @@ limitations under the License.
 package serving
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -26,7 +27,8 @@ import (
 
 // TestEveryWaitEndsAtTheRequestsAbsoluteDeadline: a call's absolute deadline ends its wait
 // wherever it waits — behind a starved budget head, on a placement probe, for an execution
-// permit, in an exchange the worker does not answer — and not a moment before.
+// permit, for the next exchange of its shape, in an exchange the worker does not answer — and
+// not a moment before.
 func TestEveryWaitEndsAtTheRequestsAbsoluteDeadline(t *testing.T) {
 	const wait = 5 * time.Second
 	// expire checks that c waits until its deadline, left after the time already passed, then
@@ -116,6 +118,31 @@ func TestEveryWaitEndsAtTheRequestsAbsoluteDeadline(t *testing.T) {
 		close(gate)
 		if o := waitAnswer(t, holding); o.err != nil {
 			t.Fatal(o.err)
+		}
+	})
+
+	t.Run("for the next exchange of its shape", func(t *testing.T) {
+		l := newLive(t, 100)
+		l.lane("a")
+		if o := l.settle(l.call("a", 10, time.Time{}), time.Second); o.err != nil {
+			t.Fatal(o.err)
+		}
+		gate := make(chan struct{})
+		w := l.sp.Get(t, "a", 1)
+		w.Lock()
+		w.ExchangeGate = gate
+		w.Unlock()
+		holding := l.call("a", 10, time.Time{})
+		eventually(t, "the call's exchange runs", func() bool { return w.Exchanging() == 1 })
+		c := l.call("a", 11, l.clk.Now().Add(wait))
+		expire(t, l, c, "for the next exchange", wait)
+		close(gate)
+		if o := waitAnswer(t, holding); o.err != nil {
+			t.Fatal(o.err)
+		}
+		eventually(t, "the call let go unsent", func() bool { return l.srv.Inflight("a") == 0 })
+		if n := len(slices.DeleteFunc(w.Calls(), func(c string) bool { return c != "exchange 128" })); n != 2 {
+			t.Fatalf("%d exchanges, want the warm-up's and the holding call's only", n)
 		}
 	})
 

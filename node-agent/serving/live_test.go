@@ -18,6 +18,7 @@ package serving
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/internal/fakeworker"
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 	"github.com/ck-synapse/synapse-fleet/node-agent/supervisor"
 	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
 )
@@ -42,13 +44,16 @@ type live struct {
 	ctx context.Context
 }
 
-func newLive(t *testing.T, budget int) *live {
+func newLive(t *testing.T, budget int) *live { return newTracedLive(t, budget, nil) }
+
+// newTracedLive is newLive whose supervisor passes its timeline events to trace.
+func newTracedLive(t *testing.T, budget int, trace func(supervisor.Event)) *live {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(epoch)
 	sp := fakeworker.New(clk)
 	sp.Progress = supervisor.ReportProgress
 	sp.Configure = func(w *fakeworker.Worker) { w.Reply = embedReply(w.Lane) }
-	sup := supervisor.New(supervisor.Config{Clock: clk, Spawner: sp, Log: testr.New(t), Budget: budget})
+	sup := supervisor.New(supervisor.Config{Clock: clk, Spawner: sp, Log: testr.New(t), Budget: budget, Trace: trace})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sup.Run(ctx) }()
@@ -91,11 +96,12 @@ type outcome struct {
 	err error
 }
 
-// call starts a call in the background.
+// call starts a call in the background; its request id is "call-<tokens>".
 func (l *live) call(lane string, tokens int, deadline time.Time) <-chan outcome {
 	out := make(chan outcome, 1)
 	go func() {
-		res, err := l.srv.Run(l.ctx, lane, "embed", [][]uint32{tokensOf(tokens)}, deadline)
+		ctx := residency.WithRequestID(l.ctx, fmt.Sprintf("call-%d", tokens))
+		res, err := l.srv.Run(ctx, lane, "embed", [][]uint32{tokensOf(tokens)}, deadline)
 		out <- outcome{res, err}
 	}()
 	return out

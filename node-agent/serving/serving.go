@@ -35,6 +35,7 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/residency"
 )
 
 // Lease is a held shape (the supervisor's *Lease).
@@ -390,7 +391,7 @@ func (s *Server) task(caller context.Context, l *laneState, groups []group, n in
 			return
 		}
 		// The exchange is never cut short by the caller: the reply drains before the lease goes.
-		err = s.exchange(base, l, &part{g: g, lease: lease, res: res, deadline: deadline, cancelled: cancelled})
+		err = s.exchange(base, l, &part{requestID: residency.RequestID(base), g: g, lease: lease, res: res, deadline: deadline, cancelled: cancelled})
 		gen := lease.Generation()
 		lease.Release()
 		if err != nil {

@@ -99,6 +99,8 @@ type TimelineEvent struct {
 	Shape     int     `json:"shape"`
 	Ticket    uint64  `json:"ticket,omitempty"`
 	RPC       string  `json:"rpc,omitempty"`
+	// Riders are the other requests an exchange carried parts of.
+	Riders []string `json:"riders,omitempty"`
 	// Charge is what a reservation, an eviction's acknowledgement or a refund moved; Used the
 	// executables charged after it.
 	Charge int `json:"charge,omitempty"`
@@ -188,7 +190,7 @@ func (r *rig) record(e supervisor.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, TimelineEvent{Ms: ms(e.At.Sub(r.start)), Event: string(e.Kind), RequestID: e.RequestID,
-		Model: e.Lane, Shape: e.Rung, Ticket: e.Ticket, RPC: e.RPC, Charge: e.Charge, Used: e.Used, at: e.At.Sub(r.start)})
+		Model: e.Lane, Shape: e.Rung, Ticket: e.Ticket, RPC: e.RPC, Riders: e.Riders, Charge: e.Charge, Used: e.Used, at: e.At.Sub(r.start)})
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

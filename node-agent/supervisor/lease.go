@@ -46,7 +46,7 @@ func (l *Lease) Generation() int64 { return l.c.Gen.N }
 // exchange may already have executed. The worker is recovered after the lease is released.
 func (l *Lease) Exchange(ctx context.Context, payload []byte) ([]byte, error) {
 	var reply []byte
-	ev := Event{RequestID: l.requestID, Lane: l.c.Lane, Rung: l.c.Rung, RPC: "exchange"}
+	ev := Event{RequestID: l.requestID, Lane: l.c.Lane, Rung: l.c.Rung, RPC: "exchange", Riders: residency.Riders(ctx)}
 	err := l.s.traced(streamOf(l.c.Gen), ev, func(w Worker) error {
 		var err error
 		reply, err = w.Exchange(ctx, l.c.Rung, payload)

@@ -419,7 +419,7 @@ func (a *ANE) Resident() []uint32 {
 // device, the pooling on the CPU. A sequence longer than the rung is refused, never cut.
 func (a *ANE) Execute(ctx context.Context, e *pb.Execute) (*pb.Reply, error) {
 	if e.Task != "embed" {
-		return nil, &Error{Code: "invalid_input", Message: fmt.Sprintf("the catalog families embed; task %q has no program", e.Task)}
+		return nil, &Error{Code: protocol.CodeInvalidInput, Message: fmt.Sprintf("the catalog families embed; task %q has no program", e.Task)}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -427,11 +427,18 @@ func (a *ANE) Execute(ctx context.Context, e *pb.Execute) (*pb.Reply, error) {
 	if !ok {
 		return nil, &Error{Code: "not_resident", Message: fmt.Sprintf("rung %d is not resident", e.Rung)}
 	}
-	reply := &pb.Reply{}
+	// Every sequence is checked before any runs, so a refused input ran nothing
+	// (protocol.InputRefusal): the agent may send the others again without replaying them.
 	for i, seq := range e.Sequences {
 		if len(seq.TokenIds) == 0 || len(seq.TokenIds) > int(e.Rung) {
-			return nil, &Error{Code: "unsupported_shape", Message: fmt.Sprintf("sequence %d has %d tokens; rung %d takes 1 to %d", i, len(seq.TokenIds), e.Rung, e.Rung)}
+			return nil, &Error{Code: protocol.CodeUnsupportedShape, Message: fmt.Sprintf("sequence %d has %d tokens; rung %d takes 1 to %d", i, len(seq.TokenIds), e.Rung, e.Rung)}
 		}
+		if j := slices.IndexFunc(seq.TokenIds, func(id uint32) bool { return id >= uint32(a.model.Config.Vocab) }); j >= 0 {
+			return nil, &Error{Code: protocol.CodeInvalidInput, Message: fmt.Sprintf("sequence %d: token id %d is outside the vocabulary of %d", i, seq.TokenIds[j], a.model.Config.Vocab)}
+		}
+	}
+	reply := &pb.Reply{}
+	for _, seq := range e.Sequences {
 		out, err := a.forward(r, seq.TokenIds, int(e.Rung))
 		if err != nil {
 			return nil, err

@@ -36,6 +36,7 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
 	"github.com/ck-synapse/synapse-fleet/node-agent/convert"
 	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
+	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
 	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
 )
@@ -43,10 +44,12 @@ import (
 // fakeANE is a Neural Engine with an aned cache shared by every worker on the machine. It
 // evaluates a program with the CPU reference of the layer it was emitted from.
 type fakeANE struct {
-	mu        sync.Mutex
-	aned      map[string]bool // identifiers compiled
-	calls     []string
-	tempSpace int64
+	mu sync.Mutex
+	// recordEvals records each program evaluation among the calls.
+	recordEvals bool
+	aned        map[string]bool // identifiers compiled
+	calls       []string
+	tempSpace   int64
 	// failLoad makes the next load of a program fail: "resources" or "stale".
 	failLoad map[string]string
 	// failCompile makes the next compile of a program fail.
@@ -159,6 +162,9 @@ func (p *fakeProgram) Attributes() (ane.Attributes, error) {
 
 // Eval takes inputs[i] as the input symbol i names, as the device does.
 func (p *fakeProgram) Eval(inputs [][]float32, out []float32) error {
+	if p.d.recordEvals {
+		p.d.record("eval " + p.id)
+	}
 	p.d.mu.Lock()
 	ly := p.d.layers[p.src.Digest()]
 	p.d.mu.Unlock()
@@ -292,9 +298,14 @@ func TestAnUncachedRungCompilesEachLayerAfterATempSpaceCheck(t *testing.T) {
 	}
 }
 
-func isCode(err error, code string) bool {
+func isCode(err error, code string) bool { return codeOf(err) == code }
+
+func codeOf(err error) string {
 	var e *worker.Error
-	return errors.As(err, &e) && e.Code == code
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
 }
 
 func TestTheWorkerAsksToBeReplacedBeforeItsCompileLimit(t *testing.T) {
@@ -412,6 +423,20 @@ func TestTheDevicePathMatchesTheGoldensAndRefusesWhatItCannotRun(t *testing.T) {
 	if _, err := a.Execute(context.Background(), &pb.Execute{Task: "embed", Rung: 64, Sequences: []*pb.Sequence{{TokenIds: []uint32{999}}}}); !isCode(err, "invalid_input") {
 		t.Fatalf("a token outside the vocabulary: %v", err)
 	}
+	// An input refused in an Execute of several sequences ran nothing: every sequence is checked
+	// before the device runs any, so the agent may send the others again without replaying them.
+	d.take()
+	d.recordEvals = true
+	good := goldens[0].Tokens
+	for _, bad := range [][]uint32{{999}, long} {
+		if _, err := a.Execute(context.Background(), &pb.Execute{Task: "embed", Rung: 64, Sequences: []*pb.Sequence{{TokenIds: good}, {TokenIds: bad}}}); err == nil || !protocol.InputRefusal(codeOf(err)) {
+			t.Fatalf("a valid sequence, then %d tokens it cannot take: %v, want an input refusal", len(bad), err)
+		}
+		if calls := d.take(); len(calls) > 0 {
+			t.Fatalf("device calls %v before the input was refused, want none", calls)
+		}
+	}
+	d.recordEvals = false
 	device, cpu, err := a.Probe(context.Background(), 64)
 	if err != nil || device <= 0 || cpu <= 0 {
 		t.Fatalf("probe: %v %v %v", device, cpu, err)

@@ -34,6 +34,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/protocol"
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
 	"github.com/ck-synapse/synapse-fleet/node-agent/simane"
 )
@@ -180,7 +181,8 @@ func (s *Sim) Resident() []uint32 {
 }
 
 // Execute computes the outputs of sequences on a resident rung. A sequence longer than the
-// rung is refused, never truncated.
+// rung is refused, never truncated. Every sequence is checked before any runs, so a refused
+// input ran nothing (protocol.InputRefusal).
 func (s *Sim) Execute(ctx context.Context, e *pb.Execute) (*pb.Reply, error) {
 	s.mu.Lock()
 	model, seed := s.model, s.seed
@@ -189,23 +191,25 @@ func (s *Sim) Execute(ctx context.Context, e *pb.Execute) (*pb.Reply, error) {
 	if !ok {
 		return nil, &Error{Code: "not_resident", Message: fmt.Sprintf("rung %d is not resident", e.Rung)}
 	}
-	reply := &pb.Reply{}
+	if e.Task != "embed" && e.Task != "rerank" {
+		return nil, &Error{Code: protocol.CodeInvalidInput, Message: fmt.Sprintf("unknown task %q", e.Task)}
+	}
 	for i, seq := range e.Sequences {
 		if len(seq.TokenIds) == 0 || len(seq.TokenIds) > int(e.Rung) {
-			return nil, &Error{Code: "unsupported_shape", Message: fmt.Sprintf("sequence %d has %d tokens; rung %d takes 1 to %d", i, len(seq.TokenIds), e.Rung, e.Rung)}
+			return nil, &Error{Code: protocol.CodeUnsupportedShape, Message: fmt.Sprintf("sequence %d has %d tokens; rung %d takes 1 to %d", i, len(seq.TokenIds), e.Rung, e.Rung)}
 		}
-		switch e.Task {
-		case "embed":
+		if q, d, found := cut(seq.TokenIds); e.Task == "rerank" && (!found || len(q) == 0 || len(d) == 0) {
+			return nil, &Error{Code: protocol.CodeInvalidInput, Message: fmt.Sprintf("rerank sequence %d is not query, separator, document", i)}
+		}
+	}
+	reply := &pb.Reply{}
+	for _, seq := range e.Sequences {
+		if e.Task == "embed" {
 			reply.Vectors = append(reply.Vectors, &pb.Vector{Values: Embed(seed, int(model.Dimensions), seq.TokenIds)})
-		case "rerank":
-			q, d, found := cut(seq.TokenIds)
-			if !found || len(q) == 0 || len(d) == 0 {
-				return nil, &Error{Code: "invalid_input", Message: fmt.Sprintf("rerank sequence %d is not query, separator, document", i)}
-			}
-			reply.Scores = append(reply.Scores, Score(seed, int(model.Dimensions), q, d))
-		default:
-			return nil, &Error{Code: "invalid_input", Message: fmt.Sprintf("unknown task %q", e.Task)}
+			continue
 		}
+		q, d, _ := cut(seq.TokenIds)
+		reply.Scores = append(reply.Scores, Score(seed, int(model.Dimensions), q, d))
 	}
 	return reply, nil
 }
