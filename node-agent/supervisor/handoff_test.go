@@ -45,6 +45,10 @@ func starvedHeadSetup(t *testing.T) (h *harness, leaseA *Lease, first <-chan acq
 	first = h.acquire("b", 128)
 	h.admitWaiting()
 	eventually(t, "b/128 is admitting", h.state(func(i residency.Inspection) bool { return i.Running != nil }))
+	// The admission's 10 s run on the worker's clock: a test that steps the clock before it
+	// started would step past nothing of it.
+	wb := h.spawner.Get(t, "b", 1)
+	eventually(t, "b/128's admission reached its worker", func() bool { return slices.Contains(wb.Calls(), "admit 128") })
 	return h, a.lease, first, nil
 }
 

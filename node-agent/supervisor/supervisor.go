@@ -211,7 +211,8 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 		if !next.IsZero() {
 			// Measured from the clock's time now: time that passed during the step must not
 			// push the wake-up later than next.
-			d := next.Sub(s.clk.Now())
+			now := s.clk.Now()
+			d := next.Sub(now)
 			if d <= 0 {
 				select {
 				case <-ctx.Done():
@@ -222,6 +223,14 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 				continue
 			}
 			timer = s.clk.NewTimer(d)
+			// The timer's wake-up is the clock's time at NewTimer plus d: time that passed
+			// between reading the clock and arming it (a test stepping a fake clock, or a
+			// preemption) would make it late by as much, and a wake-up at next would never come
+			// on a clock that moves no more. Armed again then, or stepped now if next has come.
+			if moved := s.clk.Since(now); moved >= time.Millisecond || !s.clk.Now().Before(next) {
+				timer.Stop()
+				continue
+			}
 			fire = timer.C()
 		}
 		var in input
