@@ -83,7 +83,11 @@ func startControlPlane(dir string) (*controlPlane, error) {
 	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
 		return nil, err
 	}
-	api := &envtest.APIServer{CertDir: certs}
+	// A restarted API server loads every object from etcd while the whole fleet retries against
+	// it: at a thousand Macs on two cores that takes longer than envtest's default 20 s to
+	// be healthy (the full-size run's API server storm failed so), and a longer bound costs
+	// nothing when it starts quickly.
+	api := &envtest.APIServer{CertDir: certs, StartTimeout: 5 * time.Minute}
 	api.Configure().Set("audit-policy-file", policy).Set("audit-log-path", cp.audit).
 		Set("audit-log-format", "json").
 		// A Service per lane: envtest's default range (a /24) holds 254, a real cluster's

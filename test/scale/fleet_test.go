@@ -247,9 +247,18 @@ func (f *fleet) startView(ctx context.Context) error {
 }
 
 func (f *fleet) stop() {
+	// The Macs stop side by side, a few dozen at a time: one after another, a thousand Macs
+	// that each take their 10 s bound (an API server that is gone) held a failed run for hours.
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, 64)
 	for _, m := range f.macs {
-		_ = m.Kill(10 * time.Second)
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			_ = m.Kill(10 * time.Second)
+		})
 	}
+	wg.Wait()
 	if f.stopView != nil {
 		f.stopView()
 	}

@@ -85,6 +85,7 @@ func runFleet(tb testing.TB, sc fleetScenario) *report {
 	dead := f.dead
 	s, err := f.stormKill(ctx, rep, dead)
 	if err != nil {
+		f.logf("%s: %v", s.Name, err)
 		tb.Fatal(err)
 	}
 	rep.Storms = append(rep.Storms, s)
@@ -92,6 +93,9 @@ func runFleet(tb testing.TB, sc fleetScenario) *report {
 	for _, run := range []func(context.Context, *report, map[string]bool) (storm, error){f.stormController, f.stormAPIServer} {
 		s, err := run(ctx, rep, dead)
 		if err != nil {
+			// Said in the progress too: a benchmark's failure message comes only at its end,
+			// after the fleet has stopped.
+			f.logf("%s: %v", s.Name, err)
 			tb.Fatal(err)
 		}
 		rep.Storms = append(rep.Storms, s)
