@@ -78,12 +78,15 @@ type fleetScenario struct {
 
 // fleet is a running control plane, controller and hollow fleet.
 type fleet struct {
-	sc    fleetScenario
-	cp    *controlPlane
-	ctrl  *controllerProcess
-	audit *auditLog
-	macs  map[string]*hollow.Mac
-	dead  map[string]bool // the Macs killed
+	sc fleetScenario
+	cp *controlPlane
+	// apiServerRestarted: the API server's process is a new one, whose usage counts from its
+	// start; the report keeps the first one's.
+	apiServerRestarted bool
+	ctrl               *controllerProcess
+	audit              *auditLog
+	macs               map[string]*hollow.Mac
+	dead               map[string]bool // the Macs killed
 	// bootSeconds is how long the fleet took to start, a wave at a time.
 	bootSeconds float64
 	specs       []hollow.Spec

@@ -486,7 +486,7 @@ func (f *fleet) steady(ctx context.Context, rep *report) error {
 func (f *fleet) usages(rep *report) {
 	rep.Controller.CPUSeconds, rep.Controller.PeakRSSBytes, _ = f.ctrl.usage()
 	rep.Controller.Restarts = f.ctrl.Restarts
-	if pid, err := f.cp.apiServerPID(); err == nil {
+	if pid, err := f.cp.apiServerPID(); err == nil && !f.apiServerRestarted {
 		rep.APIServer.CPUSeconds, rep.APIServer.PeakRSSBytes, _ = procUsage(pid)
 	}
 	if pid, err := f.cp.etcdPID(); err == nil {

@@ -131,6 +131,7 @@ func (f *fleet) stormController(ctx context.Context, rep *report, dead map[strin
 func (f *fleet) stormAPIServer(ctx context.Context, rep *report, dead map[string]bool) (storm, error) {
 	s := storm{Name: "API server restarted"}
 	start := time.Now()
+	f.apiServerRestarted = true
 	if err := f.cp.restartAPIServer(); err != nil {
 		return s, err
 	}
