@@ -24,7 +24,6 @@ limitations under the License.
 package load
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -47,6 +46,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/onsi/gomega"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -445,24 +447,50 @@ func slowLoris(ctx context.Context, addr string, cutOff *atomic.Int64) {
 	}
 }
 
+// families reads the agent's /metrics.
+func families(t *testing.T, base string) map[string]*dto.MetricFamily {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", bearer)
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
+}
+
+// metric sums a counter's series on the agent's /metrics.
+func metric(t *testing.T, base, name string) float64 {
+	t.Helper()
+	var sum float64
+	for _, m := range families(t, base)[name].GetMetric() {
+		sum += m.GetCounter().GetValue()
+	}
+	return sum
+}
+
 // histogram sums a histogram's cumulative bucket counts over its series on the agent's
-// /metrics, by upper bound (+Inf included).
+// /metrics, by upper bound (+Inf: every observation).
 func histogram(t *testing.T, base, name string) map[float64]float64 {
 	t.Helper()
 	counts := map[float64]float64{}
-	for _, line := range metricLines(t, base, name+"_bucket{") {
-		_, rest, ok := strings.Cut(line, `le="`)
-		if !ok {
-			continue
+	for _, m := range families(t, base)[name].GetMetric() {
+		h := m.GetHistogram()
+		for _, b := range h.GetBucket() {
+			if !math.IsInf(b.GetUpperBound(), 1) { // the text holds the +Inf bucket, the sample count
+				counts[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+			}
 		}
-		le, rest, _ := strings.Cut(rest, `"`)
-		bound, err := strconv.ParseFloat(le, 64)
-		if err != nil {
-			t.Fatalf("bucket bound %q: %v", le, err)
-		}
-		f := strings.Fields(rest)
-		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-		counts[bound] += v
+		counts[math.Inf(1)] += float64(h.GetSampleCount())
 	}
 	return counts
 }
@@ -506,44 +534,4 @@ func rssKiB(pid int) int64 {
 		}
 	}
 	return 0
-}
-
-// metric sums a counter's series on the agent's /metrics.
-func metric(t *testing.T, base, name string) float64 {
-	t.Helper()
-	var sum float64
-	for _, line := range metricLines(t, base, name+"{", name+" ") {
-		f := strings.Fields(line)
-		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-		sum += v
-	}
-	return sum
-}
-
-// metricLines returns the lines of the agent's /metrics that begin with one of prefixes.
-func metricLines(t *testing.T, base string, prefixes ...string) []string {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", bearer)
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var lines []string
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(line, p) }) {
-			lines = append(lines, line)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return lines
 }
