@@ -58,7 +58,7 @@ type batching struct {
 
 func newBatching(t *testing.T, opts ...func(*supervisor.ModelSpec, *Lane)) *batching {
 	t.Helper()
-	b := &batching{gate: make(chan struct{})}
+	b := &batching{}
 	b.live = newTracedLive(t, 100, func(ev supervisor.Event) {
 		if ev.Kind == residency.EventRPCStart && ev.RPC == "exchange" {
 			b.mu.Lock()
@@ -66,13 +66,8 @@ func newBatching(t *testing.T, opts ...func(*supervisor.ModelSpec, *Lane)) *batc
 			b.mu.Unlock()
 		}
 	})
-	b.lane("a", opts...)
-	if o := b.settle(b.call("a", 10, time.Time{}), time.Second); o.err != nil {
-		t.Fatal(o.err)
-	}
-	b.w = b.sp.Get(t, "a", 1)
+	b.w, b.gate = b.gated(opts...)
 	b.w.Lock()
-	b.w.ExchangeGate = b.gate
 	embed := b.w.Reply
 	b.w.Reply = func(rung int, payload []byte) ([]byte, error) {
 		e := &pb.Execute{}

@@ -50,17 +50,9 @@ func TestEveryWaitEndsAtTheRequestsAbsoluteDeadline(t *testing.T) {
 
 	t.Run("behind a starved budget head", func(t *testing.T) {
 		l := newLive(t, 22) // one shape fits
-		l.lane("a")
-		l.lane("b")
-		if o := l.settle(l.call("a", 10, time.Time{}), time.Second); o.err != nil {
-			t.Fatal(o.err)
-		}
 		// A call holds a/128 in its exchange; b's cold admission cannot get budget: a starved head.
-		gate := make(chan struct{})
-		w := l.sp.Get(t, "a", 1)
-		w.Lock()
-		w.ExchangeGate = gate
-		w.Unlock()
+		w, gate := l.gated()
+		l.lane("b")
 		holding := l.call("a", 10, time.Time{})
 		eventually(t, "the exchange holds a/128", func() bool { return w.Exchanging() == 1 })
 		head := l.call("b", 10, time.Time{})
@@ -102,15 +94,7 @@ func TestEveryWaitEndsAtTheRequestsAbsoluteDeadline(t *testing.T) {
 
 	t.Run("for an execution permit", func(t *testing.T) {
 		l := newLive(t, 100)
-		l.lane("a", func(_ *supervisor.ModelSpec, ln *Lane) { ln.MaxInflight = 1 })
-		if o := l.settle(l.call("a", 10, time.Time{}), time.Second); o.err != nil {
-			t.Fatal(o.err)
-		}
-		gate := make(chan struct{})
-		w := l.sp.Get(t, "a", 1)
-		w.Lock()
-		w.ExchangeGate = gate
-		w.Unlock()
+		w, gate := l.gated(func(_ *supervisor.ModelSpec, ln *Lane) { ln.MaxInflight = 1 })
 		holding := l.call("a", 10, time.Time{})
 		eventually(t, "the call holds the lane's one permit", func() bool { return w.Exchanging() == 1 })
 		c := l.call("a", 10, l.clk.Now().Add(wait))
@@ -123,15 +107,7 @@ func TestEveryWaitEndsAtTheRequestsAbsoluteDeadline(t *testing.T) {
 
 	t.Run("for the next exchange of its shape", func(t *testing.T) {
 		l := newLive(t, 100)
-		l.lane("a")
-		if o := l.settle(l.call("a", 10, time.Time{}), time.Second); o.err != nil {
-			t.Fatal(o.err)
-		}
-		gate := make(chan struct{})
-		w := l.sp.Get(t, "a", 1)
-		w.Lock()
-		w.ExchangeGate = gate
-		w.Unlock()
+		w, gate := l.gated()
 		holding := l.call("a", 10, time.Time{})
 		eventually(t, "the call's exchange runs", func() bool { return w.Exchanging() == 1 })
 		c := l.call("a", 11, l.clk.Now().Add(wait))
@@ -148,15 +124,7 @@ func TestEveryWaitEndsAtTheRequestsAbsoluteDeadline(t *testing.T) {
 
 	t.Run("in an exchange the worker does not answer", func(t *testing.T) {
 		l := newLive(t, 100)
-		l.lane("a")
-		if o := l.settle(l.call("a", 10, time.Time{}), time.Second); o.err != nil {
-			t.Fatal(o.err)
-		}
-		gate := make(chan struct{})
-		w := l.sp.Get(t, "a", 1)
-		w.Lock()
-		w.ExchangeGate = gate // the worker hangs until the gate opens
-		w.Unlock()
+		w, gate := l.gated() // the worker hangs until the gate opens
 		c := l.call("a", 10, l.clk.Now().Add(wait))
 		eventually(t, "the exchange runs", func() bool { return w.Exchanging() == 1 })
 		expire(t, l, c, "in the exchange", wait)

@@ -91,6 +91,22 @@ func (l *live) lane(name string, opts ...func(*supervisor.ModelSpec, *Lane)) {
 	l.srv.AddLane(lane)
 }
 
+// gated serves lane a, answers a first call on it (its 128-token shape resident), and returns
+// its worker, whose exchanges then wait at the returned gate until the test closes it.
+func (l *live) gated(opts ...func(*supervisor.ModelSpec, *Lane)) (*fakeworker.Worker, chan struct{}) {
+	l.t.Helper()
+	l.lane("a", opts...)
+	if o := l.settle(l.call("a", 10, time.Time{}), time.Second); o.err != nil {
+		l.t.Fatal(o.err)
+	}
+	gate := make(chan struct{})
+	w := l.sp.Get(l.t, "a", 1)
+	w.Lock()
+	w.ExchangeGate = gate
+	w.Unlock()
+	return w, gate
+}
+
 type outcome struct {
 	res *Result
 	err error
