@@ -198,7 +198,10 @@ func (s *Sim) Execute(ctx context.Context, e *pb.Execute) (*pb.Reply, error) {
 		if len(seq.TokenIds) == 0 || len(seq.TokenIds) > int(e.Rung) {
 			return nil, &Error{Code: protocol.CodeUnsupportedShape, Message: fmt.Sprintf("sequence %d has %d tokens; rung %d takes 1 to %d", i, len(seq.TokenIds), e.Rung, e.Rung)}
 		}
-		if q, d, found := cut(seq.TokenIds); e.Task == "rerank" && (!found || len(q) == 0 || len(d) == 0) {
+		if e.Task != "rerank" {
+			continue
+		}
+		if q, d, found := cut(seq.TokenIds); !found || len(q) == 0 || len(d) == 0 {
 			return nil, &Error{Code: protocol.CodeInvalidInput, Message: fmt.Sprintf("rerank sequence %d is not query, separator, document", i)}
 		}
 	}
