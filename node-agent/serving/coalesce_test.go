@@ -17,6 +17,7 @@ limitations under the License.
 package serving
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"testing"
@@ -51,6 +52,8 @@ type batching struct {
 	refuseShared string
 	// faultAt makes an exchange of these lengths fail as a broken pipe does.
 	faultAt []int
+	// malformShared drops the last vector of a shared exchange's reply.
+	malformShared bool
 	// holdAt, when set, is a gate an exchange of these lengths waits at before it answers.
 	holdAt   []int
 	holdGate chan struct{}
@@ -101,7 +104,18 @@ func newBatching(t *testing.T, opts ...func(*supervisor.ModelSpec, *Lane)) *batc
 			// As a worker does, every sequence is checked before any runs.
 			return nil, &residency.WorkerError{Code: protocol.CodeInvalidInput, Message: "a sequence of 13 tokens is refused"}
 		}
-		return embed(rung, payload)
+		reply, err := embed(rung, payload)
+		b.mu.Lock()
+		malform := b.malformShared && len(lens) > 1
+		b.mu.Unlock()
+		if err == nil && malform {
+			r := &pb.Reply{}
+			if err = proto.Unmarshal(reply, r); err == nil {
+				r.Vectors = r.Vectors[:len(r.Vectors)-1]
+				reply, err = proto.Marshal(r)
+			}
+		}
+		return reply, err
 	}
 	b.w.Unlock()
 	return b
@@ -354,4 +368,91 @@ func TestCallsToBeSentAgainAfterARefusalAreNotSentToAWorkerThatFaultedMeanwhile(
 		t.Fatalf("exchanges carried %v, want nothing sent to the faulted worker", got)
 	}
 	eventually(t, "every call let go", func() bool { return b.srv.Inflight("a") == 0 && b.waiting() == 0 })
+}
+
+// A burst of calls on one shape while its exchange runs: each is answered once, with its own
+// input's vector, no sequence is sent twice, and no exchange carries more than the lane's bound.
+func TestABurstOfCallsOnOneShapeIsAnsweredOnceEachWithinTheBoundOnOneExchange(t *testing.T) {
+	const bound = 8
+	b := newBatching(t, func(_ *supervisor.ModelSpec, ln *Lane) { ln.MaxExchangeSequences = bound })
+	var lengths []int
+	for n := 14; len(lengths) < 50; n++ {
+		lengths = append(lengths, n)
+	}
+	held, waiting := b.hold(time.Time{}, lengths...)
+	close(b.gate)
+	wantOwnVector(t, waitAnswer(t, held), 10)
+	for i, n := range lengths {
+		wantOwnVector(t, waitAnswer(t, waiting[i]), n)
+	}
+	sent := map[int]int{}
+	for _, ex := range b.recorded() {
+		if len(ex) > bound {
+			t.Fatalf("an exchange carried %d sequences, over the lane's bound of %d", len(ex), bound)
+		}
+		for _, n := range ex {
+			sent[n]++
+		}
+	}
+	for _, n := range append([]int{10}, lengths...) {
+		if sent[n] != 1 {
+			t.Fatalf("the call of %d tokens was sent %d times, want once", n, sent[n])
+		}
+	}
+	if got, want := len(b.recorded()), 1+(len(lengths)+bound-1)/bound; got != want {
+		t.Fatalf("%d exchanges, want %d: the held call's, then the waiting calls %d at a time", got, want, bound)
+	}
+	eventually(t, "every call let go", func() bool { return b.srv.Inflight("a") == 0 && b.waiting() == 0 })
+}
+
+// A shared exchange's malformed reply (a vector short) is a fault: no call of it gets a
+// vector, not even those the reply seems to hold, and the worker is replaced once.
+func TestAMalformedReplyToASharedExchangeFailsEveryCallOfItAndRecoversTheWorkerOnce(t *testing.T) {
+	b := newBatching(t)
+	b.mu.Lock()
+	b.malformShared = true
+	b.mu.Unlock()
+	held, waiting := b.hold(time.Time{}, 11, 12, 14)
+	close(b.gate)
+	wantOwnVector(t, waitAnswer(t, held), 10)
+	for i, c := range waiting {
+		if o := waitAnswer(t, c); refusal.CodeOf(o.err) != refusal.EngineCrashed || o.res != nil {
+			t.Fatalf("call %d got %+v, want engine_crashed and no vector", i, o)
+		}
+	}
+	if o := b.settle(b.call("a", 10, time.Time{}), 2*time.Second); o.err != nil || o.res.Generations[0] != 2 {
+		t.Fatalf("after the malformed reply: %+v, want the replacement to serve", o)
+	}
+	if n := b.sp.Spawned("a"); n != 2 {
+		t.Fatalf("%d workers spawned, want the faulted one replaced once", n)
+	}
+}
+
+// The lane retired while calls wait for the next exchange of its shape: they hold their leases,
+// so the retirement drains them; each is answered once with its own vector before the worker
+// is closed, and the retirement ends.
+func TestRetiringALaneWhileCallsWaitForTheNextExchangeDrainsThem(t *testing.T) {
+	b := newBatching(t)
+	held, waiting := b.hold(time.Time{}, 11, 12, 14)
+	retired := make(chan error, 1)
+	go func() { retired <- b.sup.Retire(context.Background(), "a") }()
+	eventually(t, "the retirement began", func() bool { snap, _ := b.sup.Snapshot("a"); return snap.Retiring })
+	if slices.Contains(b.w.Calls(), "close") {
+		t.Fatal("the worker was closed under calls that hold leases")
+	}
+	close(b.gate)
+	wantOwnVector(t, waitAnswer(t, held), 10)
+	for i, n := range []int{11, 12, 14} {
+		wantOwnVector(t, waitAnswer(t, waiting[i]), n)
+	}
+	eventually(t, "the drained worker was closed", func() bool { return slices.Contains(b.w.Calls(), "close") })
+	b.w.Exit()
+	select {
+	case err := <-retired:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the retirement never ended")
+	}
 }
