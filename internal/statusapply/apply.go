@@ -139,18 +139,33 @@ var LanePlacementConditions = []string{v1.LaneConditionPlaced, v1.ConditionReady
 // ApplyLanePlacementStatus writes what the placement controller reports of the lane: its
 // counts, nodes, vector space (and its generation) and observed generation, every one said even when zero (an
 // omitted field would stay at the value another manager once wrote, as after an upgrade from
-// merge patches), and of its conditions only LanePlacementConditions.
-func ApplyLanePlacementStatus(ctx context.Context, c client.Client, key types.NamespacedName, st v1.CatalogLaneStatus) error {
+// merge patches), and of its conditions only LanePlacementConditions. It returns the lane's
+// resourceVersion after the write.
+func ApplyLanePlacementStatus(ctx context.Context, c client.Client, key types.NamespacedName, st v1.CatalogLaneStatus) (string, error) {
 	nodes := st.Nodes
 	if nodes == nil {
 		nodes = []string{}
 	}
-	return apply(ctx, c, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, "CatalogLane", LanePlacementManager,
+	lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	err := apply(ctx, c, lane, "CatalogLane", LanePlacementManager,
 		map[string]any{
 			"observedGeneration": st.ObservedGeneration, "replicas": st.Replicas, "updatedReplicas": st.UpdatedReplicas,
 			"vectorSpaceID": st.VectorSpaceID, "vectorSpaceGeneration": st.VectorSpaceGeneration, "readyReplicas": st.ReadyReplicas, "compilingReplicas": st.CompilingReplicas,
 			"failedReplicas": st.FailedReplicas, "nodes": nodes, "conditions": only(st.Conditions, LanePlacementConditions),
 		})
+	return lane.ResourceVersion, err
+}
+
+// OverlayLanePlacementStatus sets in dst what ApplyLanePlacementStatus writes of src (the same
+// fields and condition types), and leaves the rest of dst (the endpoints controller's part) as
+// it is.
+func OverlayLanePlacementStatus(dst *v1.CatalogLaneStatus, src *v1.CatalogLaneStatus) {
+	dst.ObservedGeneration, dst.Replicas, dst.UpdatedReplicas = src.ObservedGeneration, src.Replicas, src.UpdatedReplicas
+	dst.VectorSpaceID, dst.VectorSpaceGeneration = src.VectorSpaceID, src.VectorSpaceGeneration
+	dst.ReadyReplicas, dst.CompilingReplicas, dst.FailedReplicas = src.ReadyReplicas, src.CompilingReplicas, src.FailedReplicas
+	dst.Nodes = slices.Clone(src.Nodes)
+	dst.Conditions = slices.DeleteFunc(dst.Conditions, func(c metav1.Condition) bool { return slices.Contains(LanePlacementConditions, c.Type) })
+	dst.Conditions = append(dst.Conditions, only(src.Conditions, LanePlacementConditions)...)
 }
 
 // ApplyLaneCondition writes one condition of a lane under manager, leaving every other

@@ -39,6 +39,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -208,16 +209,36 @@ func readyOn(l *v1.CatalogLane) []string {
 	Eventually(func(g Gomega) {
 		got := &v1.CatalogLane{}
 		g.Expect(kube.Get(ctx, client.ObjectKeyFromObject(l), got)).To(Succeed())
-		g.Expect(got.Status.ReadyReplicas).To(Equal(got.Spec.Replicas))
 		ps := placements(l)
-		g.Expect(ps).To(HaveLen(int(got.Spec.Replicas)))
+		// What a failure says: each placement's phase and why, and the lane's Ready condition,
+		// so a timeout shows which side (the agent's status or the controller's count) lags.
+		seen := describeReadiness(got, ps)
+		g.Expect(ps).To(HaveLen(int(got.Spec.Replicas)), seen)
 		nodes = nil
 		for _, p := range ps {
-			g.Expect(p.Status.Phase).To(Equal(v1.PhaseReady), "placement %s", p.Name)
+			g.Expect(p.Status.Phase).To(Equal(v1.PhaseReady), "placement %s; %s", p.Name, seen)
 			nodes = append(nodes, p.Spec.Node)
 		}
+		g.Expect(got.Status.ReadyReplicas).To(Equal(got.Spec.Replicas), seen)
 	}).WithTimeout(60 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 	return nodes
+}
+
+// describeReadiness says, for a failure message, where a lane and its placements stand.
+func describeReadiness(l *v1.CatalogLane, ps []v1.LanePlacement) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lane %s: generation %d, observed %d, ready replicas %d of %d", l.Name, l.Generation, l.Status.ObservedGeneration,
+		l.Status.ReadyReplicas, l.Spec.Replicas)
+	if c := meta.FindStatusCondition(l.Status.Conditions, v1.ConditionReady); c != nil {
+		fmt.Fprintf(&b, ", Ready=%s %s: %s", c.Status, c.Reason, c.Message)
+	}
+	for _, p := range ps {
+		fmt.Fprintf(&b, "; placement %s on %s: phase %s, resource version %s", p.Name, p.Spec.Node, p.Status.Phase, p.ResourceVersion)
+		if c := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionReady); c != nil {
+			fmt.Fprintf(&b, ", Ready=%s %s: %s", c.Status, c.Reason, c.Message)
+		}
+	}
+	return b.String()
 }
 
 // call posts a JSON body to a Mac's API, as the suite's caller, and decodes the answer.

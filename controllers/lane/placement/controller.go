@@ -39,6 +39,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -88,19 +89,22 @@ type Controller struct {
 	// of its vector space (of that vectorSpaceGeneration): its old placements drain until
 	// SwitchDrain after it.
 	followed map[types.NamespacedName]followedSwitch
-	// said is what this controller last wrote of each lane's vector space and observed
-	// generation, which it alone writes: a reconcile that reads the lane from a cache a moment
-	// behind that write goes on from what was written, never applies the older values back
-	// (a space switched back while the old placements drain would mix spaces).
+	// said is what this controller last wrote of each lane's status, which it alone writes
+	// (its part of it: statusapply.ApplyLanePlacementStatus): a reconcile that reads the lane
+	// from a cache a moment behind that write goes on from what was written. It never applies
+	// the older vector space back (a space switched back while the old placements drain would
+	// mix spaces), and it never skips a write because the stale copy happens to hold what it
+	// would write: a lane whose placement went Pending and Ready again within a moment was left
+	// at the Pending count, its own status events not reconciling it (LaneChanges).
 	said map[types.NamespacedName]saidStatus
 }
 
-// saidStatus is what the controller last wrote of one lane (of its incarnation uid).
+// saidStatus is what the controller last wrote of one lane (of its incarnation uid), and the
+// lane's resourceVersion after that write.
 type saidStatus struct {
-	uid        types.UID
-	space      string
-	spaceGen   int64
-	generation int64
+	uid    types.UID
+	rv     string
+	status v1.CatalogLaneStatus
 }
 
 // followedSwitch is when the lane's EndpointSlices were first seen to follow its switch of
@@ -174,9 +178,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	c.mu.Lock()
 	if said, ok := c.said[req.NamespacedName]; ok && said.uid == lane.UID {
-		lane.Status.VectorSpaceID = said.space
-		lane.Status.VectorSpaceGeneration = max(lane.Status.VectorSpaceGeneration, said.spaceGen)
-		lane.Status.ObservedGeneration = max(lane.Status.ObservedGeneration, said.generation)
+		if cacheBehind(lane.ResourceVersion, said.rv) {
+			statusapply.OverlayLanePlacementStatus(&lane.Status, &said.status)
+		}
+		lane.Status.VectorSpaceID = said.status.VectorSpaceID
+		lane.Status.VectorSpaceGeneration = max(lane.Status.VectorSpaceGeneration, said.status.VectorSpaceGeneration)
+		lane.Status.ObservedGeneration = max(lane.Status.ObservedGeneration, said.status.ObservedGeneration)
 	}
 	c.mu.Unlock()
 	stored := lane.DeepCopy()
@@ -238,16 +245,25 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			c.recorder.Eventf(lane, nil, "Normal", "VectorSpaceSwitched", "Rollout", "the lane answers in vector space %s from now on; the placements of %s retire",
 				lane.Status.VectorSpaceID, stored.Status.VectorSpaceID)
 		}
-		if err := statusapply.ApplyLanePlacementStatus(ctx, c.kube, req.NamespacedName, lane.Status); err != nil {
+		rv, err := statusapply.ApplyLanePlacementStatus(ctx, c.kube, req.NamespacedName, lane.Status)
+		if err != nil {
 			return reconcile.Result{}, err
 		}
 		c.mu.Lock()
 		c.wrote[req.NamespacedName] = c.clk.Now()
-		c.said[req.NamespacedName] = saidStatus{uid: lane.UID, space: lane.Status.VectorSpaceID, spaceGen: lane.Status.VectorSpaceGeneration,
-			generation: lane.Status.ObservedGeneration}
+		c.said[req.NamespacedName] = saidStatus{uid: lane.UID, rv: rv, status: *lane.Status.DeepCopy()}
 		c.mu.Unlock()
 	}
 	return res, nil
+}
+
+// cacheBehind reports whether a lane read from the cache at resourceVersion cached predates the
+// controller's own write, which left it at wrote. Resource versions are ordered (apimachinery
+// pkg/util/resourceversion, CompareResourceVersion); one that is not well formed (a storage
+// that does not promise the order) is taken as not behind, as before this check.
+func cacheBehind(cached, wrote string) bool {
+	cmp, err := resourceversion.CompareResourceVersion(cached, wrote)
+	return err == nil && cmp < 0
 }
 
 // SwitchDrain is how long the placements of a lane's old vector space keep answering after the
