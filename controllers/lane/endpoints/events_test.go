@@ -57,3 +57,36 @@ func TestOnlyANodeChangeOfAddressOrPortReconcilesItsLanes(t *testing.T) {
 		t.Error("a new or deleted node did not reconcile its lanes")
 	}
 }
+
+// A MacNode's AddressAllowed condition is set again when its addresses change, and when the
+// condition itself changes (the controller's own write, whose pass reads a cache that shows it);
+// the agents' other reports do not bring it back.
+func TestAddressChangesPassesAddressesAndTheConditionItself(t *testing.T) {
+	n := &v1.MacNode{Status: v1.MacNodeStatus{Addresses: []v1.NodeAddress{{Type: "InternalIP", Address: "10.0.0.2"}},
+		Conditions: []metav1.Condition{{Type: v1.NodeConditionAddressAllowed, Status: metav1.ConditionTrue, Reason: v1.NodeReasonAddressAllowed,
+			Message: "address 10.0.0.2 is inside the allowed CIDRs"}}}}
+	for name, tc := range map[string]struct {
+		change func(*v1.MacNode)
+		want   bool
+	}{
+		"nothing":             {func(*v1.MacNode) {}, false},
+		"allocation":          {func(n *v1.MacNode) { n.Status.Allocated.LayerExecutables = 40 }, false},
+		"address":             {func(n *v1.MacNode) { n.Status.Addresses[0].Address = "10.0.0.3" }, true},
+		"condition dropped":   {func(n *v1.MacNode) { n.Status.Conditions = nil }, true},
+		"condition turned":    {func(n *v1.MacNode) { n.Status.Conditions[0].Status = metav1.ConditionFalse }, true},
+		"condition's reason":  {func(n *v1.MacNode) { n.Status.Conditions[0].Reason = "InsideServiceCIDR" }, true},
+		"condition's message": {func(n *v1.MacNode) { n.Status.Conditions[0].Message = "address 10.0.0.2 is in a ServiceCIDR" }, true},
+	} {
+		cur := n.DeepCopy()
+		tc.change(cur)
+		if got := endpoints.AddressChanges.Update(event.UpdateEvent{ObjectOld: n, ObjectNew: cur}); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+	// A node that had no condition yet, now given one: the controller's first write comes back.
+	bare := n.DeepCopy()
+	bare.Status.Conditions = nil
+	if !endpoints.AddressChanges.Update(event.UpdateEvent{ObjectOld: bare, ObjectNew: n}) {
+		t.Error("the condition's first write did not pass")
+	}
+}

@@ -65,22 +65,28 @@ func (c *AddressController) Register(_ context.Context, mgr ctrl.Manager) error 
 	all := enqueue.All(c.kube, func() client.ObjectList { return &v1.MacNodeList{} }, false)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(c.Name()).
-		For(&v1.MacNode{}, builder.WithPredicates(addressChanges)).
+		For(&v1.MacNode{}, builder.WithPredicates(AddressChanges)).
 		Watches(&networkingv1.ServiceCIDR{}, all).
 		Watches(&corev1.Node{}, all, builder.WithPredicates(nodeRangeChanges)).
 		Complete(c)
 }
 
-// addressChanges passes MacNode events that can change the condition: a new node, another
-// address, or a condition someone else's status write dropped.
-var addressChanges = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+// AddressChanges passes MacNode events that can change the condition: a new node, another
+// address, or a condition someone else's status write dropped, and a change of the condition
+// itself. The last is the controller's own write coming back: the pass it brings reads a cache
+// that shows that write. Without it, a pass that ran before the cache showed the write (the
+// cluster's ranges changed and changed back within a moment) compared against the condition
+// as it stood before, found nothing to change, and the condition stayed as written.
+var AddressChanges = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	old, ok1 := e.ObjectOld.(*v1.MacNode)
 	cur, ok2 := e.ObjectNew.(*v1.MacNode)
 	if !ok1 || !ok2 {
 		return true
 	}
-	return !equality.Semantic.DeepEqual(old.Status.Addresses, cur.Status.Addresses) ||
-		meta.FindStatusCondition(cur.Status.Conditions, v1.NodeConditionAddressAllowed) == nil
+	was := meta.FindStatusCondition(old.Status.Conditions, v1.NodeConditionAddressAllowed)
+	is := meta.FindStatusCondition(cur.Status.Conditions, v1.NodeConditionAddressAllowed)
+	return !equality.Semantic.DeepEqual(old.Status.Addresses, cur.Status.Addresses) || is == nil ||
+		was == nil || was.Status != is.Status || was.Reason != is.Reason || was.Message != is.Message
 }}
 
 // nodeRangeChanges passes Node events that change the cluster's ranges; kubelets update their

@@ -97,6 +97,10 @@ type Controller struct {
 	// would write: a lane whose placement went Pending and Ready again within a moment was left
 	// at the Pending count, its own status events not reconciling it (LaneChanges).
 	said map[types.NamespacedName]saidStatus
+	// unsure are the lanes (of their incarnation uid) whose last status write failed: it may
+	// have landed all the same (a timeout after the API server took it), so what the cache
+	// shows says nothing of what the lane holds, and the next pass writes whatever it finds.
+	unsure map[types.NamespacedName]types.UID
 }
 
 // saidStatus is what the controller last wrote of one lane (of its incarnation uid), and the
@@ -118,7 +122,8 @@ type followedSwitch struct {
 // NewController returns the placement controller.
 func NewController(clk clock.PassiveClock, kube client.Client, recorder events.EventRecorder) *Controller {
 	return &Controller{clk: clk, kube: kube, recorder: recorder, fleet: newFleet(clk), wrote: map[types.NamespacedName]time.Time{},
-		followed: map[types.NamespacedName]followedSwitch{}, said: map[types.NamespacedName]saidStatus{}}
+		followed: map[types.NamespacedName]followedSwitch{}, said: map[types.NamespacedName]saidStatus{},
+		unsure: map[types.NamespacedName]types.UID{}}
 }
 
 // Name of the controller.
@@ -168,6 +173,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			delete(c.wrote, req.NamespacedName)
 			delete(c.followed, req.NamespacedName)
 			delete(c.said, req.NamespacedName)
+			delete(c.unsure, req.NamespacedName)
 			c.mu.Unlock()
 			metrics.UnplaceableLanes.DeletePartialMatch(map[string]string{"namespace": req.Namespace, "lane": req.Name})
 		}
@@ -185,6 +191,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		lane.Status.VectorSpaceGeneration = max(lane.Status.VectorSpaceGeneration, said.status.VectorSpaceGeneration)
 		lane.Status.ObservedGeneration = max(lane.Status.ObservedGeneration, said.status.ObservedGeneration)
 	}
+	unsure := c.unsure[req.NamespacedName] == lane.UID
 	c.mu.Unlock()
 	stored := lane.DeepCopy()
 
@@ -229,8 +236,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// pass per such node event, sooner than any other wait (the pass works that out again).
 		res.RequeueAfter = MissedNodeRetry
 	}
-	if !equality.Semantic.DeepEqual(stored.Status, lane.Status) {
-		if wait := c.statusWait(req.NamespacedName, &stored.Status, &lane.Status); wait > 0 {
+	if unsure || !equality.Semantic.DeepEqual(stored.Status, lane.Status) {
+		if wait := c.statusWait(req.NamespacedName, &stored.Status, &lane.Status); wait > 0 && !unsure {
 			if res.RequeueAfter > 0 {
 				wait = min(wait, res.RequeueAfter)
 			}
@@ -246,10 +253,13 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				lane.Status.VectorSpaceID, stored.Status.VectorSpaceID)
 		}
 		rv, err := statusapply.ApplyLanePlacementStatus(ctx, c.kube, req.NamespacedName, lane.Status)
+		c.mu.Lock()
 		if err != nil {
+			c.unsure[req.NamespacedName] = lane.UID
+			c.mu.Unlock()
 			return reconcile.Result{}, err
 		}
-		c.mu.Lock()
+		delete(c.unsure, req.NamespacedName)
 		c.wrote[req.NamespacedName] = c.clk.Now()
 		c.said[req.NamespacedName] = saidStatus{uid: lane.UID, rv: rv, status: *lane.Status.DeepCopy()}
 		c.mu.Unlock()

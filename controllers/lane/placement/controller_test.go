@@ -488,6 +488,44 @@ var _ = Describe("Placement", func() {
 		Expect(writes.Load()).To(Equal(before))
 	})
 
+	It("should write the lane's status again after a write that failed, whatever the cache shows", func() {
+		id := newIdentity()
+		n := newNode()
+		lane := reconcileLane(newLane(id, 1))
+		p := placements(lane)[n.Name]
+		report := func(phase v1.PlacementPhase) {
+			GinkgoHelper()
+			p.Status.Phase, p.Status.ObservedGeneration = phase, p.Generation
+			Expect(kube.Status().Update(ctx, &p)).To(Succeed())
+			observe(&p)
+			clk.Step(placement.StatusInterval)
+		}
+		report(v1.PhaseReady)
+		lane = reconcileLane(lane)
+		ready := lane.DeepCopy()
+		// The write of the Pending count lands, but its answer is lost: the controller cannot
+		// tell, from the error or from a cache that shows the lane as it was, what the lane holds.
+		report(v1.PhasePending)
+		lostAnswers.Store(1)
+		_, err := controller.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		Expect(err).To(HaveOccurred())
+		got := &v1.CatalogLane{}
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), got)).To(Succeed())
+		Expect(got.Status.ReadyReplicas).To(BeZero(), "the write landed")
+		// Ready again, read from a cache that still shows the lane Ready, as it was last written
+		// with an answer: the pass writes.
+		report(v1.PhaseReady)
+		staleLane = func(l *v1.CatalogLane) { ready.DeepCopyInto(l) }
+		reconcileLane(lane)
+		staleLane = nil
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), got)).To(Succeed())
+		Expect(got.Status.ReadyReplicas).To(BeEquivalentTo(1))
+
+		before := writes.Load()
+		reconcileLane(lane)
+		Expect(writes.Load()).To(Equal(before), "a write answered settles it")
+	})
+
 	It("should write nothing on a resync with nothing to change", func() {
 		id := newIdentity()
 		newNode()

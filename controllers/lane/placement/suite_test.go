@@ -18,6 +18,7 @@ package placement_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,6 +52,7 @@ var _ = BeforeEach(func() {
 	clk = clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	recorder = events.NewFakeRecorder(100)
 	staleLane = nil
+	lostAnswers.Store(0)
 	controller = placement.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if err := c.Get(ctx, key, obj, opts...); err != nil {
@@ -61,8 +63,20 @@ var _ = BeforeEach(func() {
 			}
 			return nil
 		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			err := c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			if _, ok := obj.(*v1.CatalogLane); ok && err == nil && lostAnswers.Load() > 0 {
+				lostAnswers.Add(-1)
+				return errors.New("the API server's answer was lost (the write landed)")
+			}
+			return err
+		},
 	}), recorder)
 })
+
+// lostAnswers is how many of the controller's next writes of a lane's status land but answer an
+// error, as a timeout after the API server took the write does.
+var lostAnswers atomic.Int64
 
 // staleLane, when set, changes every lane the controller reads, as a cache a moment behind
 // the API server would show it.
