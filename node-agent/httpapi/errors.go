@@ -107,7 +107,26 @@ func scrub(msg string) string {
 	if i := strings.Index(msg, stderrMarker); i >= 0 {
 		msg = msg[:i] + " (the worker's output is in the agent's log)"
 	}
+	if !mayHoldPath(msg) {
+		return msg // the common case, answered without the expression: a refusal flood pays for every one
+	}
 	return absPath.ReplaceAllString(msg, "${1}<path>")
+}
+
+// mayHoldPath reports whether msg has a slash where absPath could match one: at its start, or
+// after one of the characters absPath accepts before a path.
+func mayHoldPath(msg string) bool {
+	for i := strings.IndexByte(msg, '/'); i >= 0; {
+		if i == 0 || strings.IndexByte(" \t\n\r\f\v\"'(=:", msg[i-1]) >= 0 {
+			return true
+		}
+		next := strings.IndexByte(msg[i+1:], '/')
+		if next < 0 {
+			return false
+		}
+		i += 1 + next
+	}
+	return false
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
