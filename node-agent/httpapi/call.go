@@ -58,6 +58,8 @@ type call struct {
 	// working: the call holds a work slot; bulk: one of the bulk calls' share (its body is
 	// large), held from before its body is read until it runs or ends.
 	working, bulk bool
+	// body is the request's body, once read.
+	body []byte
 }
 
 func (s *Server) begin(w http.ResponseWriter, r *http.Request, endpoint string) *call {
@@ -86,6 +88,39 @@ func (c *call) decode(v any) error {
 		return err
 	}
 	c.working = true
+	c.body = body
+	return unmarshalBody(body, v)
+}
+
+// decodeDeferring is decode, but for the value of the body's top-level key field, which is
+// returned as it is, unread and unchecked (deferValue): the caller refuses it for its size if
+// it is too large, then checks it (checkDeferred) before it reads it. Nothing of it is parsed
+// before the lane's bounds are known. deferred is false when the body was decoded whole (the
+// value, in v, is checked already).
+func (c *call) decodeDeferring(v any, field string) (value []byte, deferred bool, err error) {
+	if err := c.decode(nil); err != nil {
+		return nil, false, err
+	}
+	if rest, value, ok := deferValue(c.body, field); ok {
+		return value, true, unmarshalBody(rest, v)
+	}
+	return nil, false, unmarshalBody(c.body, v)
+}
+
+// checkDeferred checks a value decodeDeferring deferred, as decode would have checked it.
+func checkDeferred(value []byte, param string) error {
+	if !json.Valid(value) {
+		return badRequest("invalid_json", param, "the body is not valid JSON: the value of "+param+" is not")
+	}
+	return nil
+}
+
+// unmarshalBody decodes a body into v, answering what is wrong with it (nothing is decoded for
+// a nil v).
+func unmarshalBody(body []byte, v any) error {
+	if v == nil {
+		return nil
+	}
 	if err := json.Unmarshal(body, v); err != nil {
 		var syntax *json.SyntaxError
 		if errors.As(err, &syntax) && strings.Contains(syntax.Error(), "after top-level value") {

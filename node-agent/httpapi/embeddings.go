@@ -63,9 +63,13 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	// A panic in the handler (net/http recovers it) must not keep the call's work slot.
 	defer c.release()
 	var req embeddingsRequest
-	if err := c.decode(&req); err != nil {
+	input, deferred, err := c.decodeDeferring(&req, "input")
+	if err != nil {
 		c.fail(err)
 		return
+	}
+	if deferred {
+		req.Input = input
 	}
 	if req.EncodingFormat != "" && req.EncodingFormat != "float" && req.EncodingFormat != "base64" {
 		c.fail(badRequest("invalid_request", "encoding_format", fmt.Sprintf("encoding_format must be float or base64, not %q", req.EncodingFormat)))
@@ -76,7 +80,20 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		c.fail(err)
 		return
 	}
-	lane, sequences, err := s.route(c, req.Model, "embed", lanes, byName, func(r *reader) ([][]uint32, error) { return parseInput(r, req.Input) })
+	checked := !deferred
+	lane, sequences, err := s.route(c, req.Model, "embed", lanes, byName, func(r *reader) ([][]uint32, error) {
+		// An input past the lane's bounds by its size alone is refused before it is checked.
+		if err := r.inputSize(req.Input); err != nil {
+			return nil, err
+		}
+		if !checked {
+			if err := checkDeferred(req.Input, "input"); err != nil {
+				return nil, err
+			}
+			checked = true
+		}
+		return parseInput(r, req.Input)
+	})
 	if err != nil {
 		c.fail(err)
 		return
@@ -100,6 +117,11 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	out.Usage.PromptTokens, out.Usage.TotalTokens = c.tokens, c.tokens
 	c.answer(out.appendJSON)
+}
+
+// tooManyInputs refuses a call of more than MaxInputs inputs.
+func tooManyInputs() error {
+	return badRequest("too_many_inputs", "input", fmt.Sprintf("more than %d inputs in one call; at most %d", MaxInputs, MaxInputs))
 }
 
 func encodeBase64(v []float32) string {
@@ -148,8 +170,8 @@ func parseInput(r *reader, raw rawJSON) ([][]uint32, error) {
 		return [][]uint32{ids}, nil
 	}
 	// An array of strings or of arrays is a batch.
-	if n := countElements(raw); n > MaxInputs {
-		return nil, badRequest("too_many_inputs", "input", fmt.Sprintf("%d inputs in one call; at most %d", n, MaxInputs))
+	if n := countElementsUpTo(raw, MaxInputs+1); n > MaxInputs {
+		return nil, tooManyInputs()
 	}
 	kind := raw[first]
 	var out [][]uint32

@@ -116,6 +116,11 @@ func fuzzCall(t *testing.T, api *Server, sup *supervisor.Supervisor, keys []stri
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
 		t.Fatalf("the answer to %q is not JSON: %v: %s", body, err, rec.Body)
 	}
+	// A body that is not JSON is never served, however much of it is read before it is
+	// checked (deferValue).
+	if rec.Code == 200 && !json.Valid(body) {
+		t.Fatalf("%q, not JSON, was answered 200: %s", body, rec.Body)
+	}
 	if rec.Code != 200 {
 		e, _ := out["error"].(map[string]any)
 		code, _ := e["code"].(string)
@@ -152,6 +157,12 @@ func FuzzEmbeddingsRequest(f *testing.F) {
 		`{"model": "default/fuzz-embed", "input": ["` + strings.Repeat("w ", 100) + `", "` + strings.Repeat("w ", 100) + `"], "dimensions": 32}`,
 		`{"model": "default/fuzz-embed", "input": [-1]}`, `{"model": "default/fuzz-embed", "input": []}`, `{"model": "default/fuzz-embed", "input": null}`,
 		`{"model": "default/fuzz-embed", "input": "\ud800 \u0000 \"q\""}`, `{"model": 7}`, `[]`, `{`, ``, `{"model": "default/fuzz-embed", "input": "a"} x`,
+		// The input's value is read after the rest of the body is checked: keys matched as
+		// encoding/json matches them, the last one winning, and values that are not JSON.
+		`{"INPUT": [1, 2], "model": "default/fuzz-embed", "Input": "last"}`, `{"model": "default/fuzz-embed", "input": [1, 2 3]}`,
+		`{"model": "default/fuzz-embed", "input": [1, 2,]}`, `{"model": "default/fuzz-embed", "input": ["a\u00"]}`,
+		`{"model": "default/fuzz-embed", "input": [1, 2], "x": [}`, "{\"model\": \"default/fuzz-embed\", \"input\": \"a\x01\"}",
+		`{"model": "default/fuzz-embed", "input": [` + strings.Repeat("1,", 200) + `x]}`,
 	} {
 		f.Add([]byte(seed))
 	}

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -36,8 +37,12 @@ func (r *rawJSON) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// The scanner below walks JSON that json.Unmarshal has already checked, so it looks only at
-// what tells values apart and never meets a syntax error.
+// The scanner below looks only at what tells values apart. It walks JSON that json.Unmarshal or
+// json.Valid has checked, and also, to refuse an input for its size before it is checked (a
+// body of 600 KB of token ids costs two passes of encoding/json's scanner, and a flood of them
+// took most of the agent's CPU), bytes that may not be JSON at all: on those it never reads past
+// the slice or loops, and it says so (errMalformed) where it can tell; it never accepts them, as
+// what it lets through is checked before anything runs.
 
 // skipSpace returns the index of the first non-space byte of b at or after i.
 func skipSpace(b []byte, i int) int {
@@ -78,7 +83,8 @@ func valueEnd(b []byte, i int) int {
 	}
 }
 
-// stringEnd returns the index just past the string that starts at b[i] (a quote).
+// stringEnd returns the index just past the string that starts at b[i] (a quote), or len(b) if
+// the string does not end.
 func stringEnd(b []byte, i int) int {
 	for i++; i < len(b); i++ {
 		switch b[i] {
@@ -88,45 +94,100 @@ func stringEnd(b []byte, i int) int {
 			return i + 1
 		}
 	}
-	return i
+	return len(b)
 }
 
+// errMalformed stops a walk over bytes that are not the JSON it expects.
+var errMalformed = errors.New("not well-formed JSON")
+
 // elements calls f with each element of the array that starts at b[i], in order, until f
-// returns an error.
+// returns an error; it returns errMalformed where the array does not read as one.
 func elements(b []byte, i int, f func(elem []byte) error) error {
 	i = skipSpace(b, i+1) // past '['
 	for i < len(b) && b[i] != ']' {
 		end := valueEnd(b, i)
+		if end <= i || end > len(b) {
+			return errMalformed
+		}
 		if err := f(b[i:end]); err != nil {
 			return err
 		}
 		i = skipSpace(b, end)
-		if i < len(b) && b[i] == ',' {
+		switch {
+		case i < len(b) && b[i] == ',':
 			i = skipSpace(b, i+1)
+		case i < len(b) && b[i] != ']':
+			return errMalformed
 		}
+	}
+	if i >= len(b) {
+		return errMalformed
 	}
 	return nil
 }
 
-// countElementsUpTo counts the elements of the array that starts at b[0] without reading them,
-// up to limit (limit <= 0: all).
-func countElementsUpTo(b []byte, limit int) int {
-	n := 0
-	errEnough := errors.New("enough")
-	_ = elements(b, 0, func([]byte) error {
-		n++
-		if limit > 0 && n >= limit {
-			return errEnough
+// deferValue finds, in a body that is a JSON object, the value of the top-level key that names
+// field as encoding/json matches one (case-insensitively; the last occurrence wins), without
+// reading that value: it returns the body with the value replaced by null, for json.Unmarshal
+// to check and decode, and the value itself, which the caller checks (json.Valid) before it
+// runs anything from it. ok is false when the body does not read as such an object; the caller
+// then decodes the body whole. Whatever deferValue makes of bytes that are not JSON, the two
+// checks together pass only a body json.Valid passes: the value replaced is one whole value
+// token of the rest.
+func deferValue(body []byte, field string) (rest, value []byte, ok bool) {
+	i := skipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return nil, nil, false
+	}
+	start, end := -1, -1
+	for i = skipSpace(body, i+1); ; {
+		if i >= len(body) || body[i] != '"' {
+			return nil, nil, false
 		}
-		return nil
-	})
-	return n
+		keyEnd := stringEnd(body, i)
+		if keyEnd > len(body) || body[keyEnd-1] != '"' || keyEnd-i < 2 {
+			return nil, nil, false
+		}
+		key, err := jsonString(body[i:keyEnd])
+		if err != nil {
+			return nil, nil, false
+		}
+		if i = skipSpace(body, keyEnd); i >= len(body) || body[i] != ':' {
+			return nil, nil, false
+		}
+		if i = skipSpace(body, i+1); i >= len(body) {
+			return nil, nil, false
+		}
+		vEnd := valueEnd(body, i)
+		if vEnd <= i || vEnd > len(body) {
+			return nil, nil, false
+		}
+		if strings.EqualFold(key, field) {
+			start, end = i, vEnd
+		}
+		if i = skipSpace(body, vEnd); i >= len(body) {
+			return nil, nil, false
+		}
+		if body[i] == '}' {
+			break
+		}
+		if body[i] != ',' {
+			return nil, nil, false
+		}
+		i = skipSpace(body, i+1)
+	}
+	if skipSpace(body, i+1) != len(body) || start < 0 {
+		return nil, nil, false
+	}
+	rest = make([]byte, 0, len(body)-(end-start)+len("null"))
+	rest = append(append(append(rest, body[:start]...), "null"...), body[end:]...)
+	return rest, body[start:end], true
 }
 
-// countElements counts the elements of the array that starts at b[i] without reading them.
-func countElements(b []byte) int {
-	n := 0
-	_ = elements(b, 0, func([]byte) error { n++; return nil })
+// countElementsUpTo counts the elements of the array that starts at b[0] without reading them,
+// up to limit (limit <= 0: all), in JSON already checked.
+func countElementsUpTo(b []byte, limit int) int {
+	n, _ := countUpTo(b, limit)
 	return n
 }
 

@@ -139,7 +139,7 @@ func (r *reader) ids(arr []byte, param, what string) ([]uint32, error) {
 	case errors.Is(err, errTooManyIDs):
 		err := r.over(what, max)
 		if tl, ok := err.(*tooLong); ok {
-			tl.tokens = countElements(arr) // a scan that reads no id, so the answer can say how many
+			tl.tokens = countElementsUpTo(arr, 0) // a scan that reads no id, so the answer can say how many
 		}
 		return nil, err
 	case err != nil:
@@ -147,3 +147,54 @@ func (r *reader) ids(arr []byte, param, what string) ([]uint32, error) {
 	}
 	return ids, r.charge(len(ids))
 }
+
+// inputSize refuses an input whose size alone is past the lane's bounds: an array of token ids
+// longer than the ceiling (or what the batch bound leaves), or a batch of more than MaxInputs
+// inputs. It counts elements without reading them, and it runs before the input is checked as
+// JSON (its bytes may not be JSON at all): an input it cannot count is left to that check.
+func (r *reader) inputSize(raw []byte) error {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '[' {
+		return nil
+	}
+	first := skipSpace(raw, i+1)
+	if first >= len(raw) {
+		return nil
+	}
+	switch c := raw[first]; {
+	case c == '-' || c >= '0' && c <= '9':
+		// Counted whole, so the answer can say how many (a scan of a byte or two an id, far
+		// less than reading them).
+		max := min(r.lane.Ceiling, r.left)
+		if n, err := countUpTo(raw[i:], 0); err == nil && n > max {
+			err := r.over("input", max)
+			if tl, ok := err.(*tooLong); ok {
+				tl.tokens = n
+			}
+			return err
+		}
+	case c == '"' || c == '[':
+		if n, err := countUpTo(raw[i:], MaxInputs+1); err == nil && n > MaxInputs {
+			return tooManyInputs()
+		}
+	}
+	return nil
+}
+
+// countUpTo counts the elements of the array that starts at b[0], up to limit, without reading
+// them; an error says the array does not read as one before the count is reached.
+func countUpTo(b []byte, limit int) (int, error) {
+	n := 0
+	err := elements(b, 0, func([]byte) error {
+		if n++; limit > 0 && n >= limit {
+			return errEnough
+		}
+		return nil
+	})
+	if errors.Is(err, errEnough) {
+		err = nil
+	}
+	return n, err
+}
+
+var errEnough = errors.New("enough counted")

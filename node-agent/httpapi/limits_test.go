@@ -49,6 +49,12 @@ func TestLimitsAreCheckedBeforeAnythingRuns(t *testing.T) {
 	}{
 		{"token ids over the ceiling, counted", "/v1/embeddings", `{"model": "embed", "input": ` + idArray(600) + `}`, 422, "unsupported_shape", "600 tokens"},
 		{"a million token ids", "/v1/embeddings", `{"model": "embed", "input": ` + idArray(1_000_000) + `}`, 422, "unsupported_shape", "1000000 tokens"},
+		// Refused for its size before it is read as JSON: a flood of such bodies costs a count
+		// of their elements each, not two passes of the JSON scanner.
+		{"token ids over the ceiling, refused before the input is checked", "/v1/embeddings",
+			`{"model": "embed", "input": [` + strings.Repeat("7,", 600) + `x]}`, 422, "unsupported_shape", "601 tokens"},
+		{"more inputs than a call takes", "/v1/embeddings", `{"model": "embed", "input": [` + strings.Repeat(`"a",`, MaxInputs) + `"a"]}`, 400, "too_many_inputs", "more than 2048 inputs"},
+		{"an input within the bounds that is not JSON", "/v1/embeddings", `{"model": "embed", "input": [1, 2 3]}`, 400, "invalid_json", "input"},
 		{"text over the ceiling", "/v1/embeddings", `{"model": "embed", "input": ["a", "` + words(513) + `"]}`, 422, "unsupported_shape", "input[1]"},
 		{"a batch over the lane's bound", "/v1/embeddings", `{"model": "tight", "input": ` + string(manyJSON) + `}`, 413, CodeBatchTooLarge, "200 tokens"},
 		{"token-id inputs over the bound", "/v1/embeddings", `{"model": "tight", "input": [` + idArray(128) + `,` + idArray(100) + `]}`, 413, CodeBatchTooLarge, "maxBatchTokens"},

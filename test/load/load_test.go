@@ -82,11 +82,13 @@ const (
 )
 
 type report struct {
-	Duration           string         `json:"duration"`
-	CapacityPerSecond  float64        `json:"capacity_per_second"`
-	AttackPerSecond    int            `json:"attack_per_second"`
-	Sent               map[string]int `json:"sent"`
-	ValidCodes         map[int]int    `json:"valid_codes"`
+	Duration          string         `json:"duration"`
+	CapacityPerSecond float64        `json:"capacity_per_second"`
+	AttackPerSecond   int            `json:"attack_per_second"`
+	Sent              map[string]int `json:"sent"`
+	ValidCodes        map[int]int    `json:"valid_codes"`
+	// ValidRefusals are the valid calls refused 429, by what refused them.
+	ValidRefusals      map[string]int `json:"valid_refusals"`
 	AdmittedP50Ms      float64        `json:"admitted_p50_ms"`
 	AdmittedP99Ms      float64        `json:"admitted_p99_ms"`
 	AgentAdmitted      float64        `json:"agent_admitted"`
@@ -137,7 +139,7 @@ func TestAgentUnderLoad(t *testing.T) {
 	}
 
 	rep := report{Duration: duration.String(), CapacityPerSecond: capacity, AttackPerSecond: rate, Sent: map[string]int{},
-		ValidCodes: map[int]int{}, UnexpectedStatuses: map[string]int{}}
+		ValidCodes: map[int]int{}, ValidRefusals: map[string]int{}, UnexpectedStatuses: map[string]int{}}
 	var admitted []time.Duration
 	attacker := vegeta.NewAttacker(vegeta.Timeout(2*deadline), vegeta.KeepAlive(true), vegeta.Connections(256), vegeta.MaxWorkers(512),
 		vegeta.TLSConfig(clientTLS))
@@ -172,6 +174,9 @@ func TestAgentUnderLoad(t *testing.T) {
 			continue
 		}
 		rep.ValidCodes[code]++
+		if code == 429 {
+			rep.ValidRefusals[refusedBy(res.Body)]++
+		}
 		if code == 200 {
 			admitted = append(admitted, res.Latency)
 		}
@@ -315,6 +320,23 @@ func validBody(i int) []byte {
 	}
 	b, _ := json.Marshal(map[string]any{"model": "default/load", "input": in})
 	return b
+}
+
+// refusedBy names what refused a call overloaded, from its answer's message: the agent's work
+// gate (its waiting calls at their bound, or no slot within its wait) or the lane (its running
+// and waiting calls at their bounds, or a predicted wait past the deadline).
+func refusedBy(body []byte) string {
+	for _, c := range []struct{ says, name string }{
+		{"too many calls wait for a work slot", "work gate: waiting calls at their bound"},
+		{"no work slot came free", "work gate: no slot within its wait"},
+		{"calls are running and", "lane: running and waiting calls at their bounds"},
+		{"past the request's deadline", "lane: predicted wait past the deadline"},
+	} {
+		if bytes.Contains(body, []byte(c.says)) {
+			return c.name
+		}
+	}
+	return "other"
 }
 
 func idsJSON(n int) string {

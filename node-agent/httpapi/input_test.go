@@ -1,0 +1,87 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+// deferValue hands back the value encoding/json would decode into the field (keys matched
+// case-insensitively, the last one winning) and the rest of the body with it replaced by null.
+func TestDeferValueFindsTheFieldAsEncodingJSONDoes(t *testing.T) {
+	for _, body := range []string{
+		`{"model": "m", "input": [1, 2, 3]}`,
+		`{"input":"a b","model":"m"}`,
+		` { "Model" : "m" , "INPUT" : [[1], [2]] } `,
+		`{"input": [1], "input": "second"}`,
+		`{"input": [1], "model": "m", "InPuT": {"nested": ["]", "}"]}}`,
+		`{"in\u0070ut": "escaped key", "model": "m"}`,
+		`{"model": "m\"}", "input": "a\\\"b"}`,
+		`{"model": "m", "input": null}`,
+		`{"model": "m", "input": -1.5e3}`,
+	} {
+		rest, value, ok := deferValue([]byte(body), "input")
+		if !ok {
+			t.Errorf("%s: not found", body)
+			continue
+		}
+		var want struct {
+			Input rawJSON `json:"input"`
+		}
+		if err := json.Unmarshal([]byte(body), &want); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(value, want.Input) {
+			t.Errorf("%s: value %s, want %s", body, value, want.Input)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(rest, &got); err != nil {
+			t.Errorf("%s: the rest %s is not JSON: %v", body, rest, err)
+		}
+	}
+}
+
+// Bodies deferValue cannot read as an object with the field are left to json.Unmarshal whole.
+func TestDeferValueLeavesWhatItCannotReadToTheDecoder(t *testing.T) {
+	for _, body := range []string{
+		``, `[]`, `{}`, `{"model": "m"}`, `{"input": [1, 2}`, `{"input": [1] "model": "m"}`, `{"input": 1} x`,
+		`{"input": "unterminated}`, `{"input": [1, 2], `, `{"input"`, `{"input": `, `{"in\`, `{input: 1}`,
+	} {
+		if _, _, ok := deferValue([]byte(body), "input"); ok {
+			t.Errorf("%q was read as an object with an input", body)
+		}
+	}
+}
+
+// What the two checks pass (the rest by json.Unmarshal, the value by json.Valid) is JSON, and
+// no JSON body with the field is left to the decoder.
+func FuzzDeferValueChecksAsTheWholeBody(f *testing.F) {
+	for _, seed := range []string{`{"model": "m", "input": [1, 2]}`, `{"input": [1, 2 3]}`, `{"input": "a", "x": [}`, `{"INPUT": 1, "input": 2}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rest, value, ok := deferValue(body, "input")
+		if !ok {
+			return
+		}
+		if (json.Valid(rest) && json.Valid(value)) != json.Valid(body) {
+			t.Fatalf("%q: rest %q and value %q pass, the body does not, or the other way round", body, rest, value)
+		}
+	})
+}
