@@ -19,6 +19,11 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"testing"
 )
 
@@ -84,4 +89,41 @@ func FuzzDeferValueChecksAsTheWholeBody(f *testing.F) {
 			t.Fatalf("%q: rest %q and value %q pass, the body does not, or the other way round", body, rest, value)
 		}
 	})
+}
+
+// repeated reads an endless run of one byte.
+type repeated byte
+
+func (b repeated) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(b)
+	}
+	return len(p), nil
+}
+
+// A body of unknown length (chunked) is read up to the bound, whole, and one over it is
+// refused 413; its buffer grows by doubling to the bound and no further, so reading it costs
+// about twice the bound, not the three and more append's own growth took.
+func TestABodyOfUnknownLengthIsReadWithinItsBound(t *testing.T) {
+	read := func(n int64) ([]byte, error, uint64) {
+		r := httptest.NewRequest(http.MethodPost, "/v1/embeddings", io.LimitReader(repeated('a'), n))
+		r.ContentLength = -1
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		body, err := readBody(httptest.NewRecorder(), r)
+		runtime.ReadMemStats(&after)
+		return body, err, after.TotalAlloc - before.TotalAlloc
+	}
+	body, err, _ := read(MaxBodyBytes)
+	if err != nil || len(body) != MaxBodyBytes {
+		t.Fatalf("a body of exactly the bound: %d bytes, %v", len(body), err)
+	}
+	body, err, alloc := read(MaxBodyBytes + 1)
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.status != http.StatusRequestEntityTooLarge || ae.code != "request_too_large" || body != nil {
+		t.Fatalf("a body over the bound: %d bytes, %v", len(body), err)
+	}
+	if alloc > 2*MaxBodyBytes+(1<<20) {
+		t.Fatalf("reading a body over the bound allocated %d MiB", alloc>>20)
+	}
 }
