@@ -58,37 +58,19 @@ type call struct {
 	// working: the call holds a work slot; bulk: one of the bulk calls' share (its body is
 	// large), held from before its body is read until it runs or ends.
 	working, bulk bool
-	// body is the request's body, once read.
-	body []byte
 }
 
 func (s *Server) begin(w http.ResponseWriter, r *http.Request, endpoint string) *call {
 	return &call{s: s, w: w, r: r, endpoint: endpoint, start: s.cfg.Clock.Now()}
 }
 
-// decode reads a JSON body, bounded in size, into v, then takes a work slot for the call (see
-// WorkLimits): the body is read without one (a slow client holds no slot), the parsing, the
-// tokenising and the routing that follow run with one, until the call runs on its lane. The
-// body is read once into a buffer the call owns, sized by its Content-Length when it gives one,
-// and decoded from there: the inputs (rawJSON) are read from that buffer later, never copied.
-// Unknown fields are allowed: clients send some.
+// decode reads a JSON body, bounded in size, into v (see read). Unknown fields are allowed:
+// clients send some.
 func (c *call) decode(v any) error {
-	// A large body is read only with one of the bulk calls' share held (see WorkLimits).
-	if c.s.work.bulkBody(c.r.ContentLength) && c.r.ContentLength <= MaxBodyBytes {
-		if err := c.s.work.enterBulk(c.r.Context()); err != nil {
-			return err
-		}
-		c.bulk = true
-	}
-	body, err := readBody(c.w, c.r)
+	body, err := c.read()
 	if err != nil {
 		return err
 	}
-	if err := c.s.work.enter(c.r.Context()); err != nil {
-		return err
-	}
-	c.working = true
-	c.body = body
 	return unmarshalBody(body, v)
 }
 
@@ -98,13 +80,38 @@ func (c *call) decode(v any) error {
 // before the lane's bounds are known. deferred is false when the body was decoded whole (the
 // value, in v, is checked already).
 func (c *call) decodeDeferring(v any, field string) (value []byte, deferred bool, err error) {
-	if err := c.decode(nil); err != nil {
+	body, err := c.read()
+	if err != nil {
 		return nil, false, err
 	}
-	if rest, value, ok := deferValue(c.body, field); ok {
+	if rest, value, ok := deferValue(body, field); ok {
 		return value, true, unmarshalBody(rest, v)
 	}
-	return nil, false, unmarshalBody(c.body, v)
+	return nil, false, unmarshalBody(body, v)
+}
+
+// read reads the body, bounded in size, then takes a work slot for the call (see WorkLimits):
+// the body is read without one (a slow client holds no slot), the parsing, the tokenising and
+// the routing that follow run with one, until the call runs on its lane. The body is read once
+// into a buffer the call owns, sized by its Content-Length when it gives one: the inputs
+// (rawJSON, or a deferred value) are read from that buffer later, never copied.
+func (c *call) read() ([]byte, error) {
+	// A large body is read only with one of the bulk calls' share held (see WorkLimits).
+	if c.s.work.bulkBody(c.r.ContentLength) && c.r.ContentLength <= MaxBodyBytes {
+		if err := c.s.work.enterBulk(c.r.Context()); err != nil {
+			return nil, err
+		}
+		c.bulk = true
+	}
+	body, err := readBody(c.w, c.r)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.s.work.enter(c.r.Context()); err != nil {
+		return nil, err
+	}
+	c.working = true
+	return body, nil
 }
 
 // checkDeferred checks a value decodeDeferring deferred, as decode would have checked it.
@@ -115,12 +122,8 @@ func checkDeferred(value []byte, param string) error {
 	return nil
 }
 
-// unmarshalBody decodes a body into v, answering what is wrong with it (nothing is decoded for
-// a nil v).
+// unmarshalBody decodes a body into v, answering what is wrong with it.
 func unmarshalBody(body []byte, v any) error {
-	if v == nil {
-		return nil
-	}
 	if err := json.Unmarshal(body, v); err != nil {
 		var syntax *json.SyntaxError
 		if errors.As(err, &syntax) && strings.Contains(syntax.Error(), "after top-level value") {

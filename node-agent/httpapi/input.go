@@ -130,8 +130,8 @@ func elements(b []byte, i int, f func(elem []byte) error) error {
 // field as encoding/json matches one (case-insensitively; the last occurrence wins), without
 // reading that value: it returns the body with the value replaced by null, for json.Unmarshal
 // to check and decode, and the value itself, which the caller checks (json.Valid) before it
-// runs anything from it. ok is false when the body does not read as such an object; the caller
-// then decodes the body whole. Whatever deferValue makes of bytes that are not JSON, the two
+// runs anything from it. ok is false when the body does not read as such an object, or the
+// value is not most of it; the caller then decodes the body whole. Whatever deferValue makes of bytes that are not JSON, the two
 // checks together pass only a body json.Valid passes: the value replaced is one whole value
 // token of the rest.
 func deferValue(body []byte, field string) (rest, value []byte, ok bool) {
@@ -145,7 +145,10 @@ func deferValue(body []byte, field string) (rest, value []byte, ok bool) {
 			return nil, nil, false
 		}
 		keyEnd := stringEnd(body, i)
-		if keyEnd > len(body) || body[keyEnd-1] != '"' || keyEnd-i < 2 {
+		if keyEnd > len(body) || body[keyEnd-1] != '"' || keyEnd-i < 2 || bytes.IndexByte(body[i:keyEnd], '\\') >= 0 {
+			// A key with an escape is left to the decoder: clients do not send one, and
+			// reading each with json.Unmarshal made a body of such keys cost more than the
+			// decoder's own pass.
 			return nil, nil, false
 		}
 		key, err := jsonString(body[i:keyEnd])
@@ -176,7 +179,10 @@ func deferValue(body []byte, field string) (rest, value []byte, ok bool) {
 		}
 		i = skipSpace(body, i+1)
 	}
-	if skipSpace(body, i+1) != len(body) || start < 0 {
+	// Only a value that is most of the body is worth it: the rest is copied, so a body whose
+	// bulk is in another field (an unknown one, say) would cost a copy of that bulk and the
+	// decoder's pass over it all the same.
+	if skipSpace(body, i+1) != len(body) || start < 0 || 2*(end-start) < len(body) {
 		return nil, nil, false
 	}
 	rest = make([]byte, 0, len(body)-(end-start)+len("null"))
@@ -187,9 +193,34 @@ func deferValue(body []byte, field string) (rest, value []byte, ok bool) {
 // countElementsUpTo counts the elements of the array that starts at b[0] without reading them,
 // up to limit (limit <= 0: all), in JSON already checked.
 func countElementsUpTo(b []byte, limit int) int {
-	n, _ := countUpTo(b, limit)
+	n, _ := countUpTo(b, limit, nil)
 	return n
 }
+
+// countUpTo counts the elements of the array that starts at b[0], up to limit (limit <= 0: all),
+// without reading them; each must pass like, if given. An error says the array does not read as
+// one, or an element did not pass, before the count was reached.
+func countUpTo(b []byte, limit int, like func(elem []byte) bool) (int, error) {
+	n := 0
+	err := elements(b, 0, func(e []byte) error {
+		if like != nil && !like(e) {
+			return errMalformed
+		}
+		if n++; limit > 0 && n >= limit {
+			return errEnough
+		}
+		return nil
+	})
+	if errors.Is(err, errEnough) {
+		err = nil
+	}
+	return n, err
+}
+
+var errEnough = errors.New("enough counted")
+
+// digits is true of an element that starts as a token id does.
+func digits(e []byte) bool { return e[0] >= '0' && e[0] <= '9' }
 
 // jsonString reads a JSON string literal. Text without escapes is copied once, into the string;
 // invalid UTF-8 becomes U+FFFD as encoding/json makes it.

@@ -162,11 +162,12 @@ func (r *reader) inputSize(raw []byte) error {
 		return nil
 	}
 	switch c := raw[first]; {
-	case c == '-' || c >= '0' && c <= '9':
+	case c >= '0' && c <= '9':
 		// Counted whole, so the answer can say how many (a scan of a byte or two an id, far
-		// less than reading them).
+		// less than reading them); an element that is not an id leaves the input to the
+		// parse, which says what is wrong with it.
 		max := min(r.lane.Ceiling, r.left)
-		if n, err := countUpTo(raw[i:], 0); err == nil && n > max {
+		if n, err := countUpTo(raw[i:], 0, digits); err == nil && n > max {
 			err := r.over("input", max)
 			if tl, ok := err.(*tooLong); ok {
 				tl.tokens = n
@@ -174,27 +175,9 @@ func (r *reader) inputSize(raw []byte) error {
 			return err
 		}
 	case c == '"' || c == '[':
-		if n, err := countUpTo(raw[i:], MaxInputs+1); err == nil && n > MaxInputs {
+		if n, err := countUpTo(raw[i:], MaxInputs+1, nil); err == nil && n > MaxInputs {
 			return tooManyInputs()
 		}
 	}
 	return nil
 }
-
-// countUpTo counts the elements of the array that starts at b[0], up to limit, without reading
-// them; an error says the array does not read as one before the count is reached.
-func countUpTo(b []byte, limit int) (int, error) {
-	n := 0
-	err := elements(b, 0, func([]byte) error {
-		if n++; limit > 0 && n >= limit {
-			return errEnough
-		}
-		return nil
-	})
-	if errors.Is(err, errEnough) {
-		err = nil
-	}
-	return n, err
-}
-
-var errEnough = errors.New("enough counted")

@@ -52,9 +52,15 @@ func TestLimitsAreCheckedBeforeAnythingRuns(t *testing.T) {
 		// Refused for its size before it is read as JSON: a flood of such bodies costs a count
 		// of their elements each, not two passes of the JSON scanner.
 		{"token ids over the ceiling, refused before the input is checked", "/v1/embeddings",
-			`{"model": "embed", "input": [` + strings.Repeat("7,", 600) + `x]}`, 422, "unsupported_shape", "601 tokens"},
-		{"more inputs than a call takes", "/v1/embeddings", `{"model": "embed", "input": [` + strings.Repeat(`"a",`, MaxInputs) + `"a"]}`, 400, "too_many_inputs", "more than 2048 inputs"},
-		{"an input within the bounds that is not JSON", "/v1/embeddings", `{"model": "embed", "input": [1, 2 3]}`, 400, "invalid_json", "input"},
+			`{"model": "embed", "input": [` + strings.Repeat("7,", 600) + `07]}`, 422, "unsupported_shape", "601 tokens"},
+		{"more inputs than a call takes, refused before the input is checked", "/v1/embeddings",
+			`{"model": "embed", "input": [` + strings.Repeat(`"a",`, MaxInputs+1) + `x]}`, 400, "too_many_inputs", "more than 2048 inputs"},
+		// Only token ids are counted before the parse: an input whose elements are not all
+		// ids is told what is wrong with it, not its size.
+		{"a negative token id among many", "/v1/embeddings", `{"model": "embed", "input": [-1,` + strings.Repeat("1,", 600) + `1]}`, 400, "invalid_request", "token id 0 (-1)"},
+		{"a string among many token ids", "/v1/embeddings", `{"model": "embed", "input": [1, "x",` + strings.Repeat("1,", 600) + `1]}`, 400, "invalid_request", "token id 1"},
+		{"an input within the bounds that is not JSON", "/v1/embeddings", `{"model": "embed", "input": [1, 2 3]}`, 400, "invalid_json", "not valid JSON"},
+		{"a large input within the bounds that is not JSON", "/v1/embeddings", `{"model": "embed", "input": [` + strings.Repeat("1,", 300) + `01]}`, 400, "invalid_json", "input"},
 		{"text over the ceiling", "/v1/embeddings", `{"model": "embed", "input": ["a", "` + words(513) + `"]}`, 422, "unsupported_shape", "input[1]"},
 		{"a batch over the lane's bound", "/v1/embeddings", `{"model": "tight", "input": ` + string(manyJSON) + `}`, 413, CodeBatchTooLarge, "200 tokens"},
 		{"token-id inputs over the bound", "/v1/embeddings", `{"model": "tight", "input": [` + idArray(128) + `,` + idArray(100) + `]}`, 413, CodeBatchTooLarge, "maxBatchTokens"},
