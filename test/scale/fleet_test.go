@@ -72,6 +72,9 @@ type fleetScenario struct {
 	// Dir holds the run's state and logs; Profile, if set, is where CPU profiles are saved;
 	// Report, if set, where the report is written as JSON.
 	Dir, Profile, Report string
+	// ProfileFor is how long the CPU profiles cover of the rollout, from the apply (30 s if
+	// zero): a fleet that places for minutes is profiled over its whole placement.
+	ProfileFor time.Duration
 	// Progress receives a line per step.
 	Progress io.Writer
 }

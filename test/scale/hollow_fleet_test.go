@@ -170,6 +170,9 @@ func BenchmarkHollowFleet(b *testing.B) {
 	sc := fleetScenario{Nodes: env("SCALE_NODES", 100), Lanes: env("SCALE_LANES", 500), SimScale: 0.05,
 		LeaseDuration: 30 * time.Second, StatusInterval: time.Second, Grace: 40 * time.Second, Eviction: 5 * time.Minute,
 		Steady: time.Minute, Storms: os.Getenv("SCALE_STORMS") != "0", Dir: dir, Profile: profiles, Report: reportPath, Progress: os.Stdout}
+	if d, err := time.ParseDuration(os.Getenv("SCALE_PROFILE_FOR")); err == nil && d > 0 {
+		sc.ProfileFor = d
+	}
 	if rate, err := strconv.ParseFloat(os.Getenv("SCALE_EVICTION_RATE"), 64); err == nil && rate > 0 {
 		// The controller's default (one lost node every 10 s, as the kubelet's node lifecycle
 		// controller) re-places a tenth of a thousand Macs in no less than 990 s after the

@@ -17,6 +17,7 @@ limitations under the License.
 package scale
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -355,16 +356,17 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 	reconcilesBefore := reconciles(cm, "lane.placement")
 	var profiling sync.WaitGroup
 	if f.sc.Profile != "" {
+		length := cmp.Or(f.sc.ProfileFor, 30*time.Second)
 		profiling.Add(2)
 		go func() {
 			defer profiling.Done()
-			_ = f.ctrl.profile(ctx, 30, filepath.Join(f.sc.Profile, "controller-rollout.pprof"))
+			_ = f.ctrl.profile(ctx, int(length.Seconds()), filepath.Join(f.sc.Profile, "controller-rollout.pprof"))
 		}()
 		go func() {
 			defer profiling.Done()
 			if out, err := os.Create(filepath.Join(f.sc.Profile, "hollow-rollout.pprof")); err == nil {
 				_ = pprof.StartCPUProfile(out)
-				time.Sleep(30 * time.Second) // the profile's length
+				time.Sleep(length) // the profile's length
 				pprof.StopCPUProfile()
 				out.Close()
 			}
