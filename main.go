@@ -132,6 +132,10 @@ func main() {
 
 	opts.Namespace, opts.Reader = ownNamespace(leaderElectionNS), mgr.GetAPIReader()
 	ctx := ctrl.SetupSignalHandler()
+	if err := controllers.IndexFields(ctx, mgr.GetFieldIndexer()); err != nil {
+		log.Error(err, "unable to index the cache")
+		os.Exit(1)
+	}
 	for _, c := range controllers.NewControllers(clock.RealClock{}, mgr.GetClient(), mgr.GetEventRecorder("synapse-controller"), opts) {
 		if err := c.Register(ctx, mgr); err != nil {
 			log.Error(err, "unable to register a controller", "controller", c.Name())

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ck-synapse/synapse-fleet/controllers/agentcert"
 	"github.com/ck-synapse/synapse-fleet/controllers/identity"
+	"github.com/ck-synapse/synapse-fleet/controllers/internal/index"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
 	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
@@ -53,6 +54,12 @@ type Options struct {
 	// past the cache. Without a Namespace no agent serving certificate is issued.
 	Namespace string
 	Reader    client.Reader
+}
+
+// IndexFields adds the cache's field indexes the controllers list by (see internal/index); call
+// it once per manager, before any controller is registered.
+func IndexFields(ctx context.Context, indexer client.FieldIndexer) error {
+	return index.Register(ctx, indexer)
 }
 
 // NewControllers lists every controller, with every dependency given here.

@@ -92,6 +92,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	opts := controllers.Options{Addresses: endpoints.AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}},
 		Namespace: "synapse-system", Reader: mgr.GetAPIReader()}
+	Expect(controllers.IndexFields(ctx, mgr.GetFieldIndexer())).To(Succeed())
 	for _, c := range controllers.NewControllers(clock.RealClock{}, mgr.GetClient(), mgr.GetEventRecorder("synapse-controller"), opts) {
 		Expect(c.Register(ctx, mgr)).To(Succeed())
 	}

@@ -21,6 +21,10 @@ import (
 )
 
 // CatalogLane condition types and reasons.
+// FieldLaneIdentity is the field a CatalogLane list can be selected by (its CRD's
+// selectableFields), and the controller's cache indexes by: the lanes of one identity.
+const FieldLaneIdentity = "spec.identityRef.name"
+
 const (
 	// LaneConditionPlaced is True when every replica has a LanePlacement on a matching node.
 	LaneConditionPlaced = "Placed"
@@ -290,6 +294,7 @@ type CatalogLaneStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=lane,categories=synapse
+// +kubebuilder:selectablefield:JSONPath=`.spec.identityRef.name`
 // +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.model`
 // +kubebuilder:printcolumn:name="Task",type=string,JSONPath=`.spec.task`
 // +kubebuilder:printcolumn:name="Device",type=string,JSONPath=`.spec.device`

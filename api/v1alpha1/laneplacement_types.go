@@ -20,6 +20,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// Fields a LanePlacement list can be selected by (its CRD's selectableFields, kubectl get
+// laneplacements --field-selector spec.node=mac-a), and the controller's cache indexes by the
+// same names: a controller finds a node's placements, or an identity's, without walking them all.
+const (
+	FieldPlacementNode     = "spec.node"
+	FieldPlacementIdentity = "spec.identity"
+)
+
 // LabelNode labels every LanePlacement with the name of its node, so an agent watches only the
 // placements bound to it.
 const LabelNode = "fleet.synapse.dev/node"
@@ -394,6 +402,8 @@ type LanePlacementStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=lp,categories=synapse
+// +kubebuilder:selectablefield:JSONPath=`.spec.node`
+// +kubebuilder:selectablefield:JSONPath=`.spec.identity`
 // +kubebuilder:printcolumn:name="Lane",type=string,JSONPath=`.spec.lane`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.node`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`

@@ -240,7 +240,7 @@ func usedBy(lanes []string) string {
 // lanesUsing lists the lanes (namespace/name) that reference the identity.
 func (c *Controller) lanesUsing(ctx context.Context, name string) ([]string, error) {
 	var lanes v1.CatalogLaneList
-	if err := c.kube.List(ctx, &lanes, client.UnsafeDisableDeepCopy); err != nil { // only read
+	if err := c.kube.List(ctx, &lanes, client.MatchingFields{v1.FieldLaneIdentity: name}, client.UnsafeDisableDeepCopy); err != nil { // only read
 		return nil, err
 	}
 	var out []string
@@ -257,7 +257,7 @@ func (c *Controller) lanesUsing(ctx context.Context, name string) ([]string, err
 // retired included: their workers run until their agents let go.
 func (c *Controller) placementsUsing(ctx context.Context, name string) ([]string, error) {
 	var placements v1.LanePlacementList
-	if err := c.kube.List(ctx, &placements); err != nil {
+	if err := c.kube.List(ctx, &placements, client.MatchingFields{v1.FieldPlacementIdentity: name}); err != nil {
 		return nil, err
 	}
 	var out []string

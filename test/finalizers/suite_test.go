@@ -68,6 +68,7 @@ var _ = BeforeSuite(func() {
 		Addresses: endpoints.AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}}
 	var runCtx context.Context
 	runCtx, stopManager = context.WithCancel(ctx)
+	Expect(controllers.IndexFields(runCtx, mgr.GetFieldIndexer())).To(Succeed())
 	for _, c := range controllers.NewControllers(clock.RealClock{}, mgr.GetClient(), mgr.GetEventRecorder("synapse-controller"), opts) {
 		Expect(c.Register(runCtx, mgr)).To(Succeed())
 	}

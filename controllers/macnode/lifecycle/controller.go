@@ -300,7 +300,7 @@ func (c *Controller) setReady(ctx context.Context, node *v1.MacNode, status meta
 // while the node is Unknown; back to True, on those marked, once it is renewed again.
 func (c *Controller) markPlacements(ctx context.Context, node *v1.MacNode, ready bool, message string) error {
 	var placements v1.LanePlacementList
-	if err := c.kube.List(ctx, &placements, client.MatchingLabels{v1.LabelNode: node.Name}); err != nil {
+	if err := c.kube.List(ctx, &placements, client.MatchingFields{v1.FieldPlacementNode: node.Name}); err != nil {
 		return err
 	}
 	status, reason := metav1.ConditionFalse, v1.PlacementReasonNodeUnknown
