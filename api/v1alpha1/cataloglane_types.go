@@ -20,11 +20,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// CatalogLane condition types and reasons.
 // FieldLaneIdentity is the field a CatalogLane list can be selected by (its CRD's
 // selectableFields), and the controller's cache indexes by: the lanes of one identity.
 const FieldLaneIdentity = "spec.identityRef.name"
 
+// CatalogLane condition types and reasons.
 const (
 	// LaneConditionPlaced is True when every replica has a LanePlacement on a matching node.
 	LaneConditionPlaced = "Placed"

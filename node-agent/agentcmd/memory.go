@@ -27,12 +27,15 @@ import (
 )
 
 // DefaultMemoryLimit is the agent's soft memory limit unless --memory-limit or GOMEMLIMIT says
-// otherwise. The agent's own work needs a few tens of MiB; what grows is garbage a flood of
-// calls leaves between collections (bodies read and refused, a 32 MiB one among them), which the
-// collector, paced by GOGC alone, lets reach twice the live heap before it runs: under make load
-// the agent's RSS peaked at 254 MiB of its 256 MiB bound. Near the limit the collector runs
-// sooner and hands memory back to the system (the Go runtime's GC guide, "Memory limit").
-const DefaultMemoryLimit = "192Mi"
+// otherwise: none. What the agent may hold by its own bounds grows with the Mac (a 32 MiB body
+// per bulk work slot, which is one per core; a lane's batch of 2,048 vectors; each lane's
+// tokenizer), and a limit below that would have the collector run without end; a Mac's
+// operator sets one that fits it (the Go runtime's GC guide, "Memory limit").
+const DefaultMemoryLimit = "0"
+
+// MinMemoryLimit is the least limit taken: a quantity read as milli-bytes ("512m" is half a
+// byte, not 512 MiB) would have the collector run without end.
+const MinMemoryLimit = 16 << 20
 
 // memoryLimit sets the Go runtime's soft memory limit from --memory-limit (a quantity, "0" for
 // none). The flag's default gives way to GOMEMLIMIT when that is set; a flag given explicitly
@@ -49,11 +52,14 @@ func memoryLimit(value string, explicit bool, log logr.Logger) (int64, error) {
 	}
 	limit := q.Value()
 	switch {
-	case limit < 0:
-		return 0, fmt.Errorf("--memory-limit %q: a limit is not negative", value)
-	case limit == 0:
+	case limit == 0 && q.IsZero():
 		limit = math.MaxInt64
+	case limit < MinMemoryLimit:
+		return 0, fmt.Errorf("--memory-limit %q: a limit is at least 16Mi (write mebibytes as Mi, gibibytes as Gi; 0 for none)", value)
 	}
 	debug.SetMemoryLimit(limit)
+	if limit != math.MaxInt64 {
+		log.Info("the soft memory limit is --memory-limit's", "bytes", limit)
+	}
 	return limit, nil
 }

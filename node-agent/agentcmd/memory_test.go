@@ -34,7 +34,7 @@ func TestMemoryLimitFromTheFlagOrGOMEMLIMIT(t *testing.T) {
 		explicit         bool
 		want             int64
 	}{
-		{"the default", DefaultMemoryLimit, "", false, 192 << 20},
+		{"the default", DefaultMemoryLimit, "", false, math.MaxInt64},
 		{"a value given", "1Gi", "", true, 1 << 30},
 		{"none", "0", "", true, math.MaxInt64},
 		{"GOMEMLIMIT over the default", DefaultMemoryLimit, "300MiB", false, -1},
@@ -54,7 +54,7 @@ func TestMemoryLimitFromTheFlagOrGOMEMLIMIT(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"lots", "-1Mi"} {
+	for _, bad := range []string{"lots", "-1Mi", "512m", "1Ki"} {
 		if _, err := memoryLimit(bad, true, logr.Discard()); err == nil {
 			t.Errorf("--memory-limit %q was taken", bad)
 		}

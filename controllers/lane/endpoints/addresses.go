@@ -17,10 +17,12 @@ limitations under the License.
 package endpoints
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -172,6 +174,12 @@ func ClusterRanges(ctx context.Context, reader client.Reader) ([]ClusterRange, e
 			}
 		}
 	}
+	// In one order whatever order the lists came in (a cache's is a map's): an address inside
+	// two ranges is refused naming the same one on every pass, so the AddressAllowed condition's
+	// message does not change, and its own write does not bring another (AddressChanges).
+	slices.SortFunc(out, func(a, b ClusterRange) int {
+		return cmp.Or(a.Prefix.Addr().Compare(b.Prefix.Addr()), cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits()), strings.Compare(a.What, b.What))
+	})
 	return out, nil
 }
 

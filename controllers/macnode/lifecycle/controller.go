@@ -169,8 +169,8 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		})).
 		// A placement's node may have been deleted while this controller was away.
 		Watches(&v1.LanePlacement{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			if node := o.GetLabels()[v1.LabelNode]; node != "" {
-				return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: node}}}
+			if p, ok := o.(*v1.LanePlacement); ok && p.Spec.Node != "" {
+				return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: p.Spec.Node}}}
 			}
 			return nil
 		})).

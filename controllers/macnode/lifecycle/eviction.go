@@ -179,7 +179,7 @@ func (c *Controller) setEvictionHeld(ctx context.Context, node *v1.MacNode, stat
 // finalizers is gone, so the finalizer goes with the placement.
 func (c *Controller) evict(ctx context.Context, node *v1.MacNode) error {
 	var placements v1.LanePlacementList
-	if err := c.kube.List(ctx, &placements, client.MatchingLabels{v1.LabelNode: node.Name}); err != nil {
+	if err := c.kube.List(ctx, &placements, client.MatchingFields{v1.FieldPlacementNode: node.Name}); err != nil {
 		return err
 	}
 	for i := range placements.Items {
@@ -198,7 +198,7 @@ func (c *Controller) evict(ctx context.Context, node *v1.MacNode) error {
 // will retire them (a Mac joined again under the name starts from its new placements).
 func (c *Controller) releaseAll(ctx context.Context, node string) error {
 	var placements v1.LanePlacementList
-	if err := c.kube.List(ctx, &placements, client.MatchingLabels{v1.LabelNode: node}); err != nil {
+	if err := c.kube.List(ctx, &placements, client.MatchingFields{v1.FieldPlacementNode: node}); err != nil {
 		return err
 	}
 	for i := range placements.Items {
@@ -216,7 +216,7 @@ func (c *Controller) releaseAll(ctx context.Context, node string) error {
 // or namespace was deleted, or they were scaled down) while the node is Unknown.
 func (c *Controller) releaseDeleted(ctx context.Context, node string) error {
 	var placements v1.LanePlacementList
-	if err := c.kube.List(ctx, &placements, client.MatchingLabels{v1.LabelNode: node}); err != nil {
+	if err := c.kube.List(ctx, &placements, client.MatchingFields{v1.FieldPlacementNode: node}); err != nil {
 		return err
 	}
 	for i := range placements.Items {
