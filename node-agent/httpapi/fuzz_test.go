@@ -202,6 +202,10 @@ func FuzzRerankRequest(f *testing.F) {
 		`{"model": "default/fuzz-rerank", "query": "q", "documents": [{"title": "x"}]}`,
 		`{"model": "default/fuzz-rerank", "query": "q", "documents": ["d"], "top_n": 0}`,
 		`{"model": "default/fuzz-rerank", "query": "q", "documents": [1]}`, `{"query": "q"}`, `{`,
+		// Documents that are most of the body are read after the rest is checked.
+		`{"model": "default/fuzz-rerank", "query": "q", "documents": ["` + strings.Repeat("d ", 40) + `", {"text": "e"}]}`,
+		`{"model": "default/fuzz-rerank", "query": "q", "documents": ["` + strings.Repeat("d ", 40) + `" "e"]}`,
+		`{"model": "default/fuzz-rerank", "query": "q", "Documents": null, "documents": "` + strings.Repeat("d ", 40) + `"}`,
 	} {
 		f.Add([]byte(seed))
 	}

@@ -57,6 +57,10 @@ func TestLimitsAreCheckedBeforeAnythingRuns(t *testing.T) {
 			`{"model": "embed", "input": [` + strings.Repeat(`"a",`, MaxInputs+1) + `x]}`, 400, "too_many_inputs", "more than 2048 inputs"},
 		// Only token ids are counted before the parse: an input whose elements are not all
 		// ids is told what is wrong with it, not its size.
+		{"more documents than a call takes, refused before they are checked", "/v1/rerank",
+			`{"model": "rerank", "query": "q", "documents": [` + strings.Repeat(`"d",`, MaxInputs+1) + `x]}`, 400, "too_many_inputs", "more than 2048 documents"},
+		{"documents that are not an array", "/v1/rerank", `{"model": "rerank", "query": "q", "documents": "` + words(100) + `"}`, 400, "invalid_json", "documents must be an array"},
+		{"large documents that are not JSON", "/v1/rerank", `{"model": "rerank", "query": "q", "documents": ["` + words(100) + `" "d"]}`, 400, "invalid_json", "documents"},
 		{"a negative token id among many", "/v1/embeddings", `{"model": "embed", "input": [-1,` + strings.Repeat("1,", 600) + `1]}`, 400, "invalid_request", "token id 0 (-1)"},
 		{"a string among many token ids", "/v1/embeddings", `{"model": "embed", "input": [1, "x",` + strings.Repeat("1,", 600) + `1]}`, 400, "invalid_request", "token id 1"},
 		{"an input within the bounds that is not JSON", "/v1/embeddings", `{"model": "embed", "input": [1, 2 3]}`, 400, "invalid_json", "not valid JSON"},

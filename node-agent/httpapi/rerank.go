@@ -64,7 +64,13 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 	// A panic in the handler (net/http recovers it) must not keep the call's work slot.
 	defer c.release()
 	var req rerankRequest
-	if err := c.decode(&req); err != nil {
+	// The documents, most of a large body, are read once: counted, checked and split here,
+	// not checked and then skipped by the decoder first (see deferValue).
+	documents, deferred, err := c.decodeDeferring(&req, "documents")
+	if err == nil && deferred {
+		req.Documents, err = splitDocuments(documents)
+	}
+	if err != nil {
 		c.fail(err)
 		return
 	}
@@ -130,6 +136,32 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 	}
 	out.Usage.TotalTokens = c.tokens
 	c.ok(out)
+}
+
+// splitDocuments reads a deferred documents value into its elements, as the decoder reads
+// []rawJSON: more than MaxInputs are refused on a count before the value is checked as JSON;
+// null is none; anything but an array is refused as the decoder refuses it.
+func splitDocuments(raw []byte) ([]rawJSON, error) {
+	if i := skipSpace(raw, 0); i < len(raw) && raw[i] == '[' {
+		if n, err := countUpTo(raw[i:], MaxInputs+1, nil); err == nil && n > MaxInputs {
+			return nil, badRequest("too_many_inputs", "documents", fmt.Sprintf("more than %d documents in one call; at most %d", MaxInputs, MaxInputs))
+		}
+	}
+	if err := checkDeferred(raw, "documents"); err != nil {
+		return nil, err
+	}
+	var docs []rawJSON
+	switch raw[0] {
+	case 'n':
+		return nil, nil
+	case '[':
+		err := elements(raw, 0, func(e []byte) error {
+			docs = append(docs, rawJSON(e))
+			return nil
+		})
+		return docs, err
+	}
+	return nil, badRequest("invalid_json", "documents", "the body is not valid JSON: documents must be an array")
 }
 
 func documentText(raw rawJSON) (string, error) {
