@@ -98,7 +98,11 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 }
 
 // LaneEvents enqueues the identity a lane names when the lane can change that identity's
-// status: created, deleted, being deleted, or naming another identity (then both).
+// status: created, deleted, being deleted, or naming another identity (then both). A new lane
+// enqueues it after LanesInterval: a pass lists the identity's lanes, and a burst of lanes
+// applied at once made a pass per lane (a fifth of the controller's CPU while 1,500 lanes were
+// placed), when the lanes it would write wait for LanesInterval anyway. A lane that goes, or
+// leaves the identity, may be what the identity's deletion waits for: that is at once.
 func LaneEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	named := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], objs ...client.Object) {
 		for _, o := range objs {
@@ -109,7 +113,11 @@ func LaneEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	}
 	type q = workqueue.TypedRateLimitingInterface[reconcile.Request]
 	return handler.TypedFuncs[client.Object, reconcile.Request]{
-		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q q) { named(q, e.Object) },
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q q) {
+			if l, ok := e.Object.(*v1.CatalogLane); ok {
+				q.AddAfter(reconcile.Request{NamespacedName: client.ObjectKey{Name: l.Spec.IdentityRef.Name}}, LanesInterval)
+			}
+		},
 		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q q) { named(q, e.Object) },
 		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q q) {
 			old, ok1 := e.ObjectOld.(*v1.CatalogLane)

@@ -20,9 +20,12 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -65,11 +68,30 @@ func TestALaneEnqueuesOnlyTheIdentityItNamesWhenItMatters(t *testing.T) {
 			}
 		})
 	}
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	// A new lane enqueues its identity after LanesInterval, once for a burst of them.
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request](),
+		workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{Clock: clk})
 	defer q.ShutDown()
-	identity.LaneEvents().Create(context.Background(), event.CreateEvent{Object: lane("a")}, q)
+	for range 100 {
+		identity.LaneEvents().Create(context.Background(), event.CreateEvent{Object: lane("a")}, q)
+	}
+	if q.Len() != 0 {
+		t.Fatalf("a new lane enqueued its identity at once: %d", q.Len())
+	}
+	clk.Step(identity.LanesInterval)
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return q.Len() > 0, nil
+	}); err != nil {
+		t.Fatal("the identity was not enqueued after LanesInterval")
+	}
 	if r, _ := q.Get(); r.Name != "a" || q.Len() != 0 {
-		t.Errorf("a new lane enqueued %v", r)
+		t.Errorf("100 new lanes enqueued %v and %d more", r, q.Len())
+	}
+	// A lane deleted may be what the identity's deletion waits for: at once.
+	identity.LaneEvents().Delete(context.Background(), event.DeleteEvent{Object: lane("b")}, q)
+	if q.Len() != 1 {
+		t.Errorf("a lane deleted enqueued %d", q.Len())
 	}
 }
 
