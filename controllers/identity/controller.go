@@ -88,12 +88,7 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		Watches(&v1.CatalogLane{}, LaneEvents()).
 		Watches(&v1.MacNode{}, all, builder.WithPredicates(NodeChanges)).
 		// A placement that goes may be the last one keeping a deleted identity.
-		Watches(&v1.LanePlacement{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			if p, ok := o.(*v1.LanePlacement); ok && p.Spec.Identity != "" {
-				return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: p.Spec.Identity}}}
-			}
-			return nil
-		})).
+		Watches(&v1.LanePlacement{}, PlacementGone()).
 		Complete(c)
 }
 
@@ -128,6 +123,21 @@ func LaneEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
 			named(q, e.ObjectOld, e.ObjectNew)
 		},
 		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q q) { named(q, e.Object) },
+	}
+}
+
+// PlacementGone enqueues the identity a deleted placement ran: it may have been the last one
+// keeping the identity's deletion. Nothing else a placement does changes the identity's status,
+// and its status writes, thousands in a rollout, each made a pass that lists the identity's
+// lanes (a fifth of the controller's CPU while 1,500 lanes were placed).
+func PlacementGone() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	type q = workqueue.TypedRateLimitingInterface[reconcile.Request]
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q q) {
+			if p, ok := e.Object.(*v1.LanePlacement); ok && p.Spec.Identity != "" {
+				q.Add(reconcile.Request{NamespacedName: client.ObjectKey{Name: p.Spec.Identity}})
+			}
+		},
 	}
 }
 

@@ -95,6 +95,26 @@ func TestALaneEnqueuesOnlyTheIdentityItNamesWhenItMatters(t *testing.T) {
 	}
 }
 
+// Only a placement that is gone enqueues the identity it ran (the last one may have kept the
+// identity's deletion); its creation and its status writes do not.
+func TestOnlyAPlacementGoneEnqueuesItsIdentity(t *testing.T) {
+	p := &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Spec: v1.LanePlacementSpec{Identity: "gte"}}
+	written := p.DeepCopy()
+	written.Status.Phase = v1.PhaseReady
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	h := identity.PlacementGone()
+	h.Create(context.Background(), event.CreateEvent{Object: p}, q)
+	h.Update(context.Background(), event.UpdateEvent{ObjectOld: p, ObjectNew: written}, q)
+	if q.Len() != 0 {
+		t.Fatalf("a placement created or written enqueued %d", q.Len())
+	}
+	h.Delete(context.Background(), event.DeleteEvent{Object: written}, q)
+	if r, _ := q.Get(); r.Name != "gte" || q.Len() != 0 {
+		t.Errorf("a placement gone enqueued %v and %d more", r, q.Len())
+	}
+}
+
 func TestOnlyANodeChangeOfWorkerOrPlatformReconcilesTheIdentities(t *testing.T) {
 	n := &v1.MacNode{Status: v1.MacNodeStatus{Platform: v1.Platform{MacOSBuild: "25B78"}, Worker: v1.NodeWorker{Backend: v1.BackendSim}}}
 	for name, tc := range map[string]struct {
