@@ -366,7 +366,11 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 			defer profiling.Done()
 			if out, err := os.Create(filepath.Join(f.sc.Profile, "hollow-rollout.pprof")); err == nil {
 				_ = pprof.StartCPUProfile(out)
-				time.Sleep(length) // the profile's length
+				// The profile's length, or less if the run is cut short.
+				select {
+				case <-time.After(length):
+				case <-ctx.Done():
+				}
 				pprof.StopCPUProfile()
 				out.Close()
 			}

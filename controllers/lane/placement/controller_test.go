@@ -131,6 +131,16 @@ func reconcileLane(l *v1.CatalogLane) *v1.CatalogLane {
 	return out
 }
 
+// reportPhase writes a placement's phase as its agent does, hands it to the controller as its
+// informer would, and lets StatusInterval pass.
+func reportPhase(p *v1.LanePlacement, phase v1.PlacementPhase) {
+	GinkgoHelper()
+	p.Status.Phase, p.Status.ObservedGeneration = phase, p.Generation
+	Expect(kube.Status().Update(ctx, p)).To(Succeed())
+	observe(p)
+	clk.Step(placement.StatusInterval)
+}
+
 // placements lists the lane's live placements by node.
 func placements(l *v1.CatalogLane) map[string]v1.LanePlacement {
 	GinkgoHelper()
@@ -455,13 +465,7 @@ var _ = Describe("Placement", func() {
 		n := newNode()
 		lane := reconcileLane(newLane(id, 1))
 		p := placements(lane)[n.Name]
-		report := func(phase v1.PlacementPhase) {
-			GinkgoHelper()
-			p.Status.Phase, p.Status.ObservedGeneration = phase, p.Generation
-			Expect(kube.Status().Update(ctx, &p)).To(Succeed())
-			observe(&p)
-			clk.Step(placement.StatusInterval)
-		}
+		report := func(phase v1.PlacementPhase) { reportPhase(&p, phase) }
 		report(v1.PhaseReady)
 		lane = reconcileLane(lane)
 		Expect(lane.Status.ReadyReplicas).To(BeEquivalentTo(1))
@@ -493,13 +497,7 @@ var _ = Describe("Placement", func() {
 		n := newNode()
 		lane := reconcileLane(newLane(id, 1))
 		p := placements(lane)[n.Name]
-		report := func(phase v1.PlacementPhase) {
-			GinkgoHelper()
-			p.Status.Phase, p.Status.ObservedGeneration = phase, p.Generation
-			Expect(kube.Status().Update(ctx, &p)).To(Succeed())
-			observe(&p)
-			clk.Step(placement.StatusInterval)
-		}
+		report := func(phase v1.PlacementPhase) { reportPhase(&p, phase) }
 		report(v1.PhaseReady)
 		lane = reconcileLane(lane)
 		ready := lane.DeepCopy()
