@@ -130,8 +130,11 @@ func TestAgentUnderLoad(t *testing.T) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
-	var maxRSS atomic.Int64
-	bg.Go(func() { sampleRSS(ctx, pid, &maxRSS) })
+	var (
+		maxRSS    atomic.Int64
+		rssFailed atomic.Pointer[error]
+	)
+	bg.Go(func() { sampleRSS(ctx, pid, &maxRSS, &rssFailed) })
 	var oversize, cutOff atomic.Int64
 	bg.Go(func() { sendOversize(ctx, base+"/v1/embeddings", &oversize) })
 	for range 64 {
@@ -226,6 +229,10 @@ func TestAgentUnderLoad(t *testing.T) {
 	// it shares with the agent (its -race build, vegeta's workers), so they are reported only.
 	g.Expect(rep.AgentAdmitted).To(gomega.BeNumerically("==", rep.ValidCodes[200]), "admitted calls the agent timed against those the client saw answered 200")
 	g.Expect(time.Duration(rep.AgentP99BoundMs*float64(time.Millisecond))).To(gomega.BeNumerically("<=", deadline), "p99 of admitted calls, timed by the agent from arrival")
+	if err := rssFailed.Load(); err != nil {
+		t.Fatalf("the agent's resident memory could not be read: %v", *err)
+	}
+	g.Expect(rep.AgentMaxRSSMiB).To(gomega.BeNumerically(">", 0), "the agent's resident memory was never read")
 	g.Expect(rep.AgentMaxRSSMiB).To(gomega.BeNumerically("<", rssLimitKiB/1024), "the agent's resident memory")
 	g.Expect(rep.WorkerRestarts).To(gomega.BeZero(), "a worker restarted under load")
 	// Each call the agent saw is counted once, with the code it was answered: as many answers
@@ -530,10 +537,16 @@ func p99Bound(before, after map[float64]float64) (total, boundMs float64) {
 	return total, math.Inf(1)
 }
 
-// sampleRSS keeps the largest resident set of pid seen, in KiB, every 200 ms.
-func sampleRSS(ctx context.Context, pid int, maxKiB *atomic.Int64) {
+// sampleRSS keeps the largest resident set of pid seen, in KiB, every 200 ms. A reading that
+// fails is kept in failed (the first one), so a memory that was never read fails the run
+// rather than passing it as 0.
+func sampleRSS(ctx context.Context, pid int, maxKiB *atomic.Int64, failed *atomic.Pointer[error]) {
 	for {
-		if kib := rssKiB(pid); kib > maxKiB.Load() {
+		kib, err := rssKiB(pid)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			failed.CompareAndSwap(nil, &err)
+		case kib > maxKiB.Load():
 			maxKiB.Store(kib)
 		}
 		select {
@@ -544,16 +557,17 @@ func sampleRSS(ctx context.Context, pid int, maxKiB *atomic.Int64) {
 	}
 }
 
-func rssKiB(pid int) int64 {
+func rssKiB(pid int) (int64, error) {
 	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
 		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, _ := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
-			return n
+			if f := strings.Fields(rest); len(f) > 0 {
+				return strconv.ParseInt(f[0], 10, 64)
+			}
 		}
 	}
-	return 0
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
