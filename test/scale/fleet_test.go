@@ -86,10 +86,12 @@ type fleet struct {
 	// apiServerRestarted: the API server's process is a new one, whose usage counts from its
 	// start; the report keeps the first one's.
 	apiServerRestarted bool
-	ctrl               *controllerProcess
-	audit              *auditLog
-	macs               map[string]*hollow.Mac
-	dead               map[string]bool // the Macs killed
+	// usagesTaken: the processes' usage is in the report (usages), of the first controller.
+	usagesTaken bool
+	ctrl        *controllerProcess
+	audit       *auditLog
+	macs        map[string]*hollow.Mac
+	dead        map[string]bool // the Macs killed
 	// bootSeconds is how long the fleet took to start, a wave at a time.
 	bootSeconds float64
 	specs       []hollow.Spec

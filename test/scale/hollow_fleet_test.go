@@ -52,7 +52,12 @@ func runFleet(tb testing.TB, sc fleetScenario) *report {
 	if sc.Report != "" {
 		// Written whatever happens, so a run that fails still says how far it got.
 		defer func() {
-			f.usages(rep)
+			if !f.usagesTaken {
+				// A run cut short: usages as far as it got. Once taken (after the rollout, or
+				// the first storm), they are not taken again: a restarted controller's process
+				// is another's, and it would replace the first one's figures.
+				f.usages(rep)
+			}
 			if out, err := json.MarshalIndent(rep, "", "  "); err == nil {
 				_ = os.WriteFile(sc.Report, out, 0o644)
 			}

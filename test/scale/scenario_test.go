@@ -490,6 +490,7 @@ func (f *fleet) steady(ctx context.Context, rep *report) error {
 
 // usages fills in the processes' CPU and peak memory.
 func (f *fleet) usages(rep *report) {
+	f.usagesTaken = true
 	rep.Controller.CPUSeconds, rep.Controller.PeakRSSBytes, _ = f.ctrl.usage()
 	rep.Controller.Restarts = f.ctrl.Restarts
 	if pid, err := f.cp.apiServerPID(); err == nil && !f.apiServerRestarted {
