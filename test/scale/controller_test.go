@@ -111,7 +111,9 @@ func newControllerProcess(bin, kubeconfig, logPath string, grace, eviction time.
 		"--leader-elect-lease-duration", "60s", "--leader-elect-renew-deadline", "45s",
 		// The harness scrapes the loopback in plain HTTP; a cluster's controller serves metrics
 		// authenticated (the default).
-		"--metrics-secure=false"}
+		"--metrics-secure=false",
+		// The Macs' addresses (advertisedRange): published in the lanes' EndpointSlices.
+		"--endpoint-cidrs", advertisedRange.String()}
 	if evictionRate > 0 {
 		c.args = append(c.args, "--node-eviction-rate", strconv.FormatFloat(evictionRate, 'g', -1, 64))
 	}

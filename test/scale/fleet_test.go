@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -135,7 +136,9 @@ func startFleet(ctx context.Context, sc fleetScenario) (f *fleet, err error) {
 			return f, err
 		}
 	}
-	for _, dir := range []string{"config/agent", "config/rbac", "config/apf"} { // config/agent makes the namespaces config/rbac binds in
+	// config/agent makes the namespaces config/rbac binds in; config/policies checks every write
+	// of a Mac's agent, as config/default installs them.
+	for _, dir := range []string{"config/agent", "config/rbac", "config/apf", "config/policies"} {
 		if err := applyKustomization(ctx, f.cp.Client, filepath.Join(repoRoot(), dir)); err != nil {
 			return f, err
 		}
@@ -195,11 +198,12 @@ func startFleet(ctx context.Context, sc fleetScenario) (f *fleet, err error) {
 		},
 		Scheme: f.cp.Scheme, ArtifactRoot: artifacts, BinaryDigest: digest,
 		SimScale: sc.SimScale, LeaseDuration: sc.LeaseDuration, StatusInterval: sc.StatusInterval,
-		Log: funcr.New(func(prefix, args string) { fmt.Fprintln(f.hollowLog, prefix, args) }, funcr.Options{}),
+		PKIRoot: filepath.Join(sc.Dir, "pki"),
+		Log:     funcr.New(func(prefix, args string) { fmt.Fprintln(f.hollowLog, prefix, args) }, funcr.Options{}),
 	}
 	for i := range sc.Nodes {
 		spec := hollow.Spec{Name: fmt.Sprintf("mac-%04d", i), MacOSBuild: builds[i%len(builds)],
-			Labels: map[string]string{"zone": fmt.Sprintf("z%d", i%4)}}
+			Labels: map[string]string{"zone": fmt.Sprintf("z%d", i%4)}, Address: advertisedAddress(i)}
 		if i%10 < 2 {
 			spec.Budget = 60 // an older, smaller Mac
 		}
@@ -420,4 +424,18 @@ func (l *lockedWriter) close() {
 	defer l.mu.Unlock()
 	_ = l.w.Flush()
 	_ = l.f.Close()
+}
+
+// advertisedRange is where the hollow Macs' addresses come from: 198.18.0.0/15, set aside for
+// benchmarking network devices (RFC 2544, section C.2.2), so no address of it is anyone's and
+// nothing is ever sent to one. The controller publishes it (--endpoint-cidrs) and its signer
+// certifies it, as it does a real fleet's network.
+var advertisedRange = netip.MustParsePrefix("198.18.0.0/15")
+
+// advertisedAddress is the i-th Mac's address in advertisedRange: 198.18.0.1 to 198.18.0.254,
+// then 198.18.1.1, and so on (a .0 or .255 is skipped for clarity, not need).
+func advertisedAddress(i int) string {
+	a, n := advertisedRange.Addr().As4(), i/254
+	a[1], a[2], a[3] = a[1]+byte(n/256), byte(n%256), byte(i%254+1)
+	return netip.AddrFrom4(a).String()
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/agent"
 	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
 	"github.com/ck-synapse/synapse-fleet/node-agent/artifact"
+	"github.com/ck-synapse/synapse-fleet/node-agent/servingcert"
 	"github.com/ck-synapse/synapse-fleet/node-agent/simane"
 	"github.com/ck-synapse/synapse-fleet/node-agent/workerhost"
 )
@@ -56,6 +57,9 @@ type Spec struct {
 	Budget int
 	// Faults is injected into every worker generation it starts (worker.ParseFaults).
 	Faults string
+	// Address is the address it advertises (its MacNode's InternalIP), its own as a real
+	// Mac's is; it listens on the loopback whatever it advertises, and nothing is sent to it.
+	Address string
 }
 
 // Config is what every hollow Mac of a fleet shares.
@@ -72,7 +76,10 @@ type Config struct {
 	SimScale float64
 	// LeaseDuration and StatusInterval are the agents' (0: their defaults).
 	LeaseDuration, StatusInterval time.Duration
-	Log                           logr.Logger
+	// PKIRoot keeps each Mac's serving certificate and key across its agent's restarts, as the
+	// agent's --tls-cert-dir does, one directory per Mac.
+	PKIRoot string
+	Log     logr.Logger
 }
 
 // RestartDelay is how long launchd waits before it starts an agent that exited again (its
@@ -116,7 +123,10 @@ func Start(cfg Config, spec Spec) (*Mac, error) {
 	go func() {
 		defer close(m.done)
 		for {
-			err := m.newAgent(cfg, auth).Run(ctx, rc, cfg.Scheme)
+			a, err := m.newAgent(cfg, auth, cs)
+			if err == nil {
+				err = a.Run(ctx, rc, cfg.Scheme)
+			}
 			if ctx.Err() != nil {
 				return
 			}
@@ -141,16 +151,28 @@ func (m *Mac) Restarts() (int, error) {
 	return m.restarts, m.lastErr
 }
 
-// newAgent is one run of the Mac's agent process.
-func (m *Mac) newAgent(cfg Config, auth *apiauth.Delegating) *agent.Agent {
+// newAgent is one run of the Mac's agent process: as synapse-agent's default --tls=auto, it
+// serves its API with a certificate from the cluster's signer, asked for as the node's own
+// identity, for its name, its address and the Services of the lanes placed on it (a placement
+// is Ready only once the certificate names its lane).
+func (m *Mac) newAgent(cfg Config, auth *apiauth.Delegating, cs kubernetes.Interface) (*agent.Agent, error) {
 	spec := m.Spec
 	log := cfg.Log.WithValues("node", spec.Name)
+	dir := ""
+	if cfg.PKIRoot != "" {
+		dir = filepath.Join(cfg.PKIRoot, spec.Name)
+	}
+	cert, err := servingcert.New(servingcert.Config{Node: spec.Name, Addresses: []string{spec.Address}, Client: cs, Dir: dir,
+		Clock: clock.RealClock{}, Log: log.WithName("tls")})
+	if err != nil {
+		return nil, err
+	}
 	return agent.New(agent.Config{
 		NodeName: spec.Name, Labels: spec.Labels,
-		Auth:     auth,
+		Auth: auth, TLS: cert,
 		Platform: v1.Platform{Chip: "Apple M4 (hollow)", MacOSBuild: spec.MacOSBuild, HardwareModel: "hollow"},
 		Worker:   v1.NodeWorker{SigningIdentifier: SigningID, BinaryDigest: cfg.BinaryDigest, ProtocolVersion: 3, Backend: v1.BackendSim},
-		Budget:   spec.Budget, Address: "127.0.0.1", Listen: []string{"127.0.0.1:0"},
+		Budget:   spec.Budget, Address: spec.Address, Listen: []string{"127.0.0.1:0"},
 		// The agent's own worker host, at its default call bounds, with its workers in process.
 		Host: workerhost.New(workerhost.Config{Backend: string(v1.BackendSim), BinaryDigest: string(cfg.BinaryDigest), Log: log,
 			Clock: clock.RealClock{}, Launch: (&Workers{Machine: m.Machine, SigningID: SigningID, BinaryDigest: string(cfg.BinaryDigest),
@@ -160,7 +182,7 @@ func (m *Mac) newAgent(cfg Config, auth *apiauth.Delegating) *agent.Agent {
 		ArtifactRoot: filepath.Join(cfg.ArtifactRoot, string(spec.MacOSBuild)), ChipFamily: chipFamily, ConverterVersion: artifact.SimConverterVersion,
 		LeaseDuration: cfg.LeaseDuration, StatusInterval: cfg.StatusInterval,
 		Clock: clock.RealClock{}, Log: log,
-	})
+	}), nil
 }
 
 // Stop stops the agent as SIGTERM does: it retires its lanes and marks its placements.
