@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -30,6 +31,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -70,6 +72,35 @@ type Controller struct {
 	kube      client.Client
 	reader    client.Reader
 	namespace string
+
+	mu sync.Mutex
+	// ca is the CA last read from its Secret, at caRead; requests are signed with it for
+	// CARecheck before the Secret is read again.
+	ca     *CA
+	caRead time.Time
+}
+
+// CARecheck is how long the CA read from its Secret signs requests before it is read again: a
+// CA replaced in the Secret signs from then on, and a fleet's burst of requests does not read
+// and parse the Secret once each.
+const CARecheck = time.Minute
+
+// signingCA is the CA requests are signed with (EnsureCA, read again after CARecheck).
+func (c *Controller) signingCA(ctx context.Context) (*CA, error) {
+	c.mu.Lock()
+	ca, at := c.ca, c.caRead
+	c.mu.Unlock()
+	if ca != nil && c.clk.Since(at) < CARecheck {
+		return ca, nil
+	}
+	ca, err := c.EnsureCA(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.ca, c.caRead = ca, c.clk.Now()
+	c.mu.Unlock()
+	return ca, nil
 }
 
 // NewController returns the controller; the CA's Secret (in namespace) and the requesters'
@@ -97,8 +128,14 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).Named(c.Name()).
 		For(&certificatesv1.CertificateSigningRequest{}, builder.WithPredicates(ours)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}).
 		Complete(c)
 }
+
+// MaxConcurrentReconciles: judging a request mostly waits on the API server (the node, its
+// placements and their Services are read uncached), and every Mac asks for a certificate when
+// its lanes change, so a fleet's rollout brings them by the hundred.
+const MaxConcurrentReconciles = 4
 
 // Reconcile judges one request, then signs it once approved.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -141,14 +178,20 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		csr.Status.Conditions = append(csr.Status.Conditions, cond)
 		ctrl.LoggerFrom(ctx).Info("judged an agent serving certificate request", "csr", csr.Name, "requester", csr.Spec.Username, "verdict", cond.Type, "message", cond.Message)
-		return reconcile.Result{}, c.kube.SubResource("approval").Update(ctx, csr)
+		if err := c.kube.SubResource("approval").Update(ctx, csr); err != nil || verdict != nil {
+			return reconcile.Result{}, err
+		}
+		// Signed in the same pass, from what was just judged: a second pass would read the
+		// node, its placements and their Services again for nothing, and a fleet's requests
+		// wait in one queue (under a thousand Macs' rollout, a request waited minutes between
+		// its approval and its signature, past the agents' wait for their first certificate).
 	}
 	if verdict != nil {
 		// Approved by someone else, but not a request this signer would approve: it signs
 		// only what a node may hold.
 		return reconcile.Result{}, c.fail(ctx, csr, verdict.Error())
 	}
-	ca, err := c.EnsureCA(ctx)
+	ca, err := c.signingCA(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}

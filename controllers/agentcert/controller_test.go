@@ -240,6 +240,49 @@ var _ = Describe("Agent serving certificates", func() {
 		Expect(s.Type).To(Equal(corev1.SecretTypeTLS))
 	})
 
+	It("should approve and sign a request in one pass, so a fleet's burst of requests waits in the queue once", func() {
+		node := macNode("192.0.2.13")
+		name := submit("synapse-node-"+node, request{cn: node, dns: []string{node}, ips: []string{"192.0.2.13"}})
+		_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
+		Expect(err).NotTo(HaveOccurred())
+		csr := &certificatesv1.CertificateSigningRequest{}
+		Expect(kube.Get(ctx, client.ObjectKey{Name: name}, csr)).To(Succeed())
+		Expect(condition(csr, certificatesv1.CertificateApproved)).NotTo(BeNil())
+		Expect(leaf(csr).DNSNames).To(ConsistOf(node))
+	})
+
+	It("should sign with a CA replaced in its Secret once CARecheck has passed, not before", func() {
+		c := newController()
+		node := macNode("192.0.2.14")
+		before := leaf(reconcileUntilSettled(c, submit("synapse-node-"+node, request{cn: node, dns: []string{node}})))
+		s := &corev1.Secret{}
+		Expect(kube.Get(ctx, client.ObjectKey{Namespace: caNamespace, Name: agentcert.CASecret}, s)).To(Succeed())
+		old := s.DeepCopy()
+		DeferCleanup(func() {
+			// The suite's other specs verify against the CA they published first.
+			s := &corev1.Secret{}
+			Expect(kube.Get(ctx, client.ObjectKey{Namespace: caNamespace, Name: agentcert.CASecret}, s)).To(Succeed())
+			s.Data = old.Data
+			Expect(kube.Update(ctx, s)).To(Succeed())
+			clk.Step(agentcert.CARecheck)
+			_, err := c.EnsureCA(ctx) // publishes the first CA's bundle again
+			Expect(err).NotTo(HaveOccurred())
+		})
+		certPEM, keyPEM, err := agentcert.NewCA(clk.Now(), agentcert.CALifetime)
+		Expect(err).NotTo(HaveOccurred())
+		s.Data = map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM}
+		Expect(kube.Update(ctx, s)).To(Succeed())
+
+		sameCA := leaf(reconcileUntilSettled(c, submit("synapse-node-"+node, request{cn: node, dns: []string{node}})))
+		Expect(sameCA.Issuer).To(Equal(before.Issuer), "within CARecheck the CA read last signs")
+		Expect(sameCA.AuthorityKeyId).To(Equal(before.AuthorityKeyId))
+		clk.Step(agentcert.CARecheck)
+		replaced := leaf(reconcileUntilSettled(c, submit("synapse-node-"+node, request{cn: node, dns: []string{node}})))
+		Expect(replaced.AuthorityKeyId).NotTo(Equal(before.AuthorityKeyId), "after CARecheck the CA in the Secret signs")
+		_, err = replaced.Verify(x509.VerifyOptions{DNSName: node, Roots: trustPool(), CurrentTime: clk.Now()})
+		Expect(err).NotTo(HaveOccurred(), "the replaced CA is published in the bundle")
+	})
+
 	It("should issue for the lifetime asked, at most a week", func() {
 		node := macNode("192.0.2.12")
 		short := reconcileUntilSettled(newController(), submit("synapse-node-"+node, request{cn: node, dns: []string{node}, lifetime: ptr.To(int32(600))}))
