@@ -50,8 +50,8 @@ type HF struct {
 	// perToken is the most bytes of text one token covers (0: no bound, for noBound's reason);
 	// specials the tokens the post-processor adds to every text. See bound.go.
 	perToken, specials int
-	noBound             string
-	added               map[byte][]string
+	noBound            string
+	added              map[byte][]string
 }
 
 type encodeState struct{ ctx context.Context }
