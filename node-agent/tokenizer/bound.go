@@ -17,6 +17,7 @@ limitations under the License.
 package tokenizer
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -117,41 +118,6 @@ func bytesPerToken(doc map[string]any) (int, string) {
 	return longest * shrink, ""
 }
 
-// addedTokens are the contents of doc's added tokens by their first byte. The library drops
-// an added token it finds in a text (a text of N of them encodes to the post-processor's
-// tokens alone), so the bytes they may cover are not counted against the bound.
-func addedTokens(doc map[string]any) map[byte][]string {
-	out := map[byte][]string{}
-	added, _ := doc["added_tokens"].([]any)
-	for _, a := range added {
-		at, _ := a.(map[string]any)
-		if c, _ := at["content"].(string); c != "" {
-			out[c[0]] = append(out[c[0]], c)
-		}
-	}
-	return out
-}
-
-// pastBound reports whether text has more than limit bytes outside every occurrence of an
-// added token: a lower bound on the bytes the model must cover, whichever occurrences the
-// library matches. It stops at the limit's next byte.
-func pastBound(text string, limit int, added map[byte][]string) bool {
-	kept, covered := 0, 0
-	for i := 0; i < len(text); i++ {
-		for _, a := range added[text[i]] {
-			if strings.HasPrefix(text[i:], a) {
-				covered = max(covered, i+len(a))
-			}
-		}
-		if i >= covered {
-			if kept++; kept > limit {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // growingNormalizer says why a normalizer may shrink a text below a quarter of its bytes, or ""
 // when it cannot.
 func growingNormalizer(cfg map[string]any) string {
@@ -199,4 +165,47 @@ func keepingPreTokenizer(cfg map[string]any) (byteLevel bool, why string) {
 	default:
 		return false, fmt.Sprintf("a %v pre-tokenizer can drop text", t)
 	}
+}
+
+// addedTokens are the contents of doc's added tokens by their first byte. The library drops
+// an added token it finds in a text (a text of N of them encodes to the post-processor's
+// tokens alone), so the bytes they may cover are not counted against the bound.
+func addedTokens(doc map[string]any) *[256][]string {
+	out := new([256][]string)
+	added, _ := doc["added_tokens"].([]any)
+	for _, a := range added {
+		at, _ := a.(map[string]any)
+		if c, _ := at["content"].(string); c != "" {
+			out[c[0]] = append(out[c[0]], c)
+		}
+	}
+	return out
+}
+
+// checkBytesEvery is how many bytes pastBound reads between two looks at its context.
+const checkBytesEvery = 1 << 16
+
+// pastBound reports whether text has more than limit bytes outside every occurrence of an
+// added token: a lower bound on the bytes the model must cover, whichever occurrences the
+// library matches. It stops at the limit's next byte, or with ctx's error.
+func pastBound(ctx context.Context, text string, limit int, added *[256][]string) (bool, error) {
+	kept, covered := 0, 0
+	for i := 0; i < len(text); i++ {
+		if i%checkBytesEvery == checkBytesEvery-1 {
+			if err := ctx.Err(); err != nil {
+				return false, err
+			}
+		}
+		for _, a := range added[text[i]] {
+			if strings.HasPrefix(text[i:], a) {
+				covered = max(covered, i+len(a))
+			}
+		}
+		if i >= covered {
+			if kept++; kept > limit {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }

@@ -125,9 +125,15 @@ func TestATextPastItsByteBoundIsRefusedUnread(t *testing.T) {
 			}
 			// Added tokens are not counted (the library may drop them, or fail on a text of
 			// nothing else, but never for its size).
-			added := "a" + strings.Repeat(tc.added, limit)
+			added := "!" + strings.Repeat(tc.added, limit)
 			if _, err := tk.EncodeContext(context.Background(), added, tc.max); IsTooLong(err) {
 				t.Fatalf("%d bytes of added tokens refused: %v", len(added), err)
+			}
+			// The scan for them ends with the caller's context.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if _, err := tk.EncodeContext(ctx, strings.Repeat(tc.added, 1<<16), tc.max); !errors.Is(err, context.Canceled) {
+				t.Fatalf("a cancelled scan: %v", err)
 			}
 			// One byte past the bound is refused for its size, unread.
 			over := tc.fits + strings.Repeat("!", limit+1-len(tc.fits))

@@ -51,7 +51,9 @@ type HF struct {
 	// specials the tokens the post-processor adds to every text. See bound.go.
 	perToken, specials int
 	noBound            string
-	added              map[byte][]string
+	// added are the added tokens' contents by their first byte: the bytes they cover in a text
+	// are not counted against the bound (see addedTokens).
+	added *[256][]string
 }
 
 type encodeState struct{ ctx context.Context }
@@ -114,12 +116,12 @@ func ParseHF(data []byte) (t *HF, err error) {
 	}
 	t = &HF{tk: tk, sem: make(chan struct{}, 1), cur: st, perToken: perToken, noBound: noBound, added: addedTokens(doc)}
 	if perToken > 0 {
-		// The empty text's tokens are exactly what the post-processor adds.
-		empty, err := tk.EncodeSingle("", true)
-		if err != nil {
-			return nil, fmt.Errorf("tokenizer.json: the empty text: %w", err)
+		// The empty text's tokens are exactly what the post-processor adds to every text.
+		if empty, err := t.Encode(""); err != nil {
+			t.perToken, t.noBound = 0, fmt.Sprintf("the empty text cannot be encoded to count the special tokens: %v", err)
+		} else {
+			t.specials = len(empty)
 		}
-		t.specials = len(empty.Ids)
 	}
 	return t, nil
 }
@@ -151,8 +153,14 @@ func (t *HF) Encode(text string) ([]uint32, error) {
 // refused for its size before anything else (a scan that stops past the bound); otherwise the library encodes it whole, and the bound on tokens is checked on
 // its result. The wait for the tokenizer and each regexp2 match end with ctx.
 func (t *HF) EncodeContext(ctx context.Context, text string, max int) (ids []uint32, err error) {
-	if limit, ok := t.MaxBytes(max); ok && len(text) > limit && pastBound(text, limit, t.added) {
-		return nil, &TooLongError{Max: max, Bytes: len(text)}
+	if limit, ok := t.MaxBytes(max); ok && len(text) > limit {
+		past, err := pastBound(ctx, text, limit, t.added)
+		if err != nil {
+			return nil, err
+		}
+		if past {
+			return nil, &TooLongError{Max: max, Bytes: len(text)}
+		}
 	}
 	if !utf8.ValidString(text) {
 		return nil, fmt.Errorf("the text is not valid UTF-8")
