@@ -57,7 +57,7 @@ import (
 func bytesPerToken(doc map[string]any) (int, string) {
 	shrink := 1
 	if cfg, ok := doc["normalizer"].(map[string]any); ok {
-		if why := growingNormalizer(cfg); why != "" {
+		if why := shrinkingNormalizer(cfg); why != "" {
 			return 0, why
 		}
 		shrink = utf8.UTFMax
@@ -70,7 +70,7 @@ func bytesPerToken(doc map[string]any) (int, string) {
 		}
 	}
 	model, _ := doc["model"].(map[string]any)
-	if t := model["type"]; t != "BPE" {
+	if t := modelType(doc); t != "BPE" {
 		return 0, fmt.Sprintf("a %v model can answer a word of any length with one token", t)
 	}
 	// size is how many bytes of normalized text a token string stands for.
@@ -118,9 +118,24 @@ func bytesPerToken(doc map[string]any) (int, string) {
 	return longest * shrink, ""
 }
 
-// growingNormalizer says why a normalizer may shrink a text below a quarter of its bytes, or ""
+// modelType is the type of doc's model, or, when it has none, the one the library guesses from
+// the decoder's (github.com/sugarme/tokenizer pretrained/model.go, CreateModel).
+func modelType(doc map[string]any) any {
+	model, _ := doc["model"].(map[string]any)
+	if t, ok := model["type"]; ok {
+		return t
+	}
+	decoder, _ := doc["decoder"].(map[string]any)
+	switch t := decoder["type"]; t {
+	case "WordPiece", "WordLevel", "Unigram":
+		return t
+	}
+	return "BPE"
+}
+
+// shrinkingNormalizer says why a normalizer may shrink a text below a quarter of its bytes, or ""
 // when it cannot.
-func growingNormalizer(cfg map[string]any) string {
+func shrinkingNormalizer(cfg map[string]any) string {
 	switch t := cfg["type"]; t {
 	case "NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Prepend":
 		return ""
@@ -128,7 +143,7 @@ func growingNormalizer(cfg map[string]any) string {
 		subs, _ := cfg["normalizers"].([]any)
 		for _, s := range subs {
 			m, _ := s.(map[string]any)
-			if why := growingNormalizer(m); why != "" {
+			if why := shrinkingNormalizer(m); why != "" {
 				return why
 			}
 		}

@@ -168,6 +168,7 @@ func TestTokenizersThatCanDropTextHaveNoByteBound(t *testing.T) {
 		"Split that removes":  {"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "Split", "behavior": "Removed"}}}, "model": bpe},
 		"WordPiece":           {"model": map[string]any{"type": "WordPiece"}},
 		"Unigram":             {"model": map[string]any{"type": "Unigram"}},
+		"WordPiece, untyped":  {"model": map[string]any{"vocab": map[string]any{}}, "decoder": map[string]any{"type": "WordPiece"}},
 		"an lstrip token":     {"model": bpe, "added_tokens": []any{map[string]any{"content": "<mask>", "lstrip": true}}},
 	} {
 		if n, why := bytesPerToken(doc); n != 0 || why == "" {
@@ -177,6 +178,9 @@ func TestTokenizersThatCanDropTextHaveNoByteBound(t *testing.T) {
 	if n, why := bytesPerToken(map[string]any{"normalizer": map[string]any{"type": "NFKC"}, "pre_tokenizer": map[string]any{"type": "Metaspace"},
 		"model": map[string]any{"type": "BPE", "merges": []any{[]any{"▁a", "bc"}}}}); n != 4*6 || why != "" {
 		t.Errorf("NFKC, Metaspace, merge ▁a bc: %d (%q); want 24", n, why)
+	}
+	if n, why := bytesPerToken(map[string]any{"model": map[string]any{"merges": []any{"abc defg"}}}); n != 7 || why != "" {
+		t.Errorf("an untyped model, read as BPE, merge abc defg: %d (%q); want 7", n, why)
 	}
 }
 

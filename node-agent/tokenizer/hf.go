@@ -127,8 +127,8 @@ func ParseHF(data []byte) (t *HF, err error) {
 }
 
 // MaxBytes is the size in bytes past which a text (not counting the added tokens it holds)
-// certainly has more than max tokens, so that it is refused without being encoded; false when the tokenizer has no such bound (BoundReason
-// says why), or max is not a bound.
+// certainly has more than max tokens, so that it is refused without being encoded; false when
+// the tokenizer has no such bound (BoundReason says why), or max is not a bound.
 func (t *HF) MaxBytes(max int) (int, bool) {
 	if t.perToken == 0 || max <= 0 {
 		return 0, false
@@ -150,8 +150,9 @@ func (t *HF) Encode(text string) ([]uint32, error) {
 
 // EncodeContext implements Tokenizer: the ids of text with the tokenizer's special tokens (its
 // post-processor's template). A text with more than MaxBytes(max) bytes outside added tokens is
-// refused for its size before anything else (a scan that stops past the bound); otherwise the library encodes it whole, and the bound on tokens is checked on
-// its result. The wait for the tokenizer and each regexp2 match end with ctx.
+// refused for its size before anything else (a scan that stops past the bound); otherwise the
+// library encodes it whole, and the bound on tokens is checked on its result. That scan, the
+// wait for the tokenizer and each regexp2 match end with ctx.
 func (t *HF) EncodeContext(ctx context.Context, text string, max int) (ids []uint32, err error) {
 	if limit, ok := t.MaxBytes(max); ok && len(text) > limit {
 		past, err := pastBound(ctx, text, limit, t.added)
