@@ -63,8 +63,9 @@ type tooLong struct {
 	lane Lane
 	what string
 	max  int
-	// tokens is the input's count when it is known (token ids are counted without being read).
-	tokens int
+	// tokens is the input's count when it is known (token ids are counted without being read);
+	// bytes its size when it was refused for that, unread (no ceiling's worth of tokens covers it).
+	tokens, bytes int
 }
 
 func (e *tooLong) Error() string {
@@ -72,6 +73,9 @@ func (e *tooLong) Error() string {
 }
 
 func (e *tooLong) refusal() error {
+	if e.bytes > 0 {
+		return refusal.New(refusal.UnsupportedShape, e.lane.Key, "%s has %d bytes, more than the %d tokens the lane's ceiling leaves it can hold; it is not truncated", e.what, e.bytes, e.max)
+	}
 	if e.tokens > 0 {
 		return refusal.New(refusal.UnsupportedShape, e.lane.Key, "%s has %d tokens, more than the %d the lane's ceiling leaves it; it is not truncated", e.what, e.tokens, e.max)
 	}
@@ -117,9 +121,14 @@ func (r *reader) textWithin(text, param, what string, max, extra int) ([]uint32,
 		return nil, r.over(what, max)
 	}
 	ids, err := r.lane.Tokenizer.EncodeContext(r.ctx, text, max)
+	var tl *tokenizer.TooLongError
 	switch {
-	case tokenizer.IsTooLong(err):
-		return nil, r.over(what, max)
+	case errors.As(err, &tl):
+		err := r.over(what, max)
+		if e, ok := err.(*tooLong); ok && tl.Tokens == 0 {
+			e.bytes = tl.Bytes
+		}
+		return nil, err
 	case errors.Is(err, context.DeadlineExceeded) && r.ctx.Err() != nil:
 		return nil, refusal.New(refusal.DeadlineExceeded, r.lane.Key, "the request's deadline passed while its text was tokenised")
 	case r.ctx.Err() != nil:

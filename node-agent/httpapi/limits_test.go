@@ -24,10 +24,21 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
+	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
 )
+
+// hfTokenizer is the byte-level BPE test tokenizer, read once: a token covers at most 6 bytes.
+var hfTokenizer = sync.OnceValue(func() *tokenizer.HF {
+	tk, err := tokenizer.LoadHF("../tokenizer/testdata/bytelevel_bpe.json")
+	if err != nil {
+		panic(err)
+	}
+	return tk
+})
 
 func words(n int) string { return strings.TrimSpace(strings.Repeat("w ", n)) }
 
@@ -172,4 +183,36 @@ func TestErrorBodiesCarryNoPathsOrWorkerStderr(t *testing.T) {
 		})
 	}
 	runner.err = nil
+}
+
+// A text of several MiB in one input, or as a rerank query, is answered with the typed refusal
+// of an input over the ceiling: on a lane whose tokenizer bounds the bytes a token covers, for
+// its size before it is encoded (the answer says so in bytes); on the Sim tokenizer's, at the
+// ceiling's next token. Nothing reaches the lane.
+func TestAMultiMiBTextIsRefusedAsOverTheCeiling(t *testing.T) {
+	ts, _, runner := newTestServer(t)
+	huge := "hello" + strings.Repeat(" world", 4<<20/6)
+	for _, tc := range []struct{ name, path, body, message string }{
+		{"an input on a lane with a byte bound", "/v1/embeddings", `{"model": "hf", "input": "` + huge + `"}`, "input has 4194305 bytes, more than the 128 tokens"},
+		{"a query on a lane with a byte bound", "/v1/rerank", `{"model": "hf-rerank", "query": "` + huge + `", "documents": ["hello"]}`, "the query has 4194305 bytes, more than the 126 tokens"},
+		{"an input on a Sim lane", "/v1/embeddings", `{"model": "embed", "input": ["` + huge + `"]}`, "input[0] has more than the 512 tokens"},
+		{"a query on a Sim lane", "/v1/rerank", `{"model": "rerank", "query": "` + huge + `", "documents": ["d"]}`, "the query has more than the 510 tokens"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(runner.calls)
+			resp, body := post(t, ts.URL+tc.path, tc.body)
+			e, _ := body["error"].(map[string]any)
+			if resp.StatusCode != 422 || e == nil || e["code"] != "unsupported_shape" || !strings.Contains(e["message"].(string), tc.message) ||
+				!strings.Contains(e["message"].(string), "not truncated") {
+				t.Fatalf("got %d %v; want 422 unsupported_shape saying %q", resp.StatusCode, e, tc.message)
+			}
+			if len(runner.calls) != before {
+				t.Fatal("the lane was called")
+			}
+		})
+	}
+	// Within the bound the same lane answers.
+	if resp, body := post(t, ts.URL+"/v1/embeddings", `{"model": "hf", "input": "hello world"}`); resp.StatusCode != 200 {
+		t.Fatalf("a short text: %d %v", resp.StatusCode, body)
+	}
 }

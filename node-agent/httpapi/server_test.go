@@ -94,6 +94,10 @@ func (fakeCatalog) Lookup(model string) ([]Lane, bool, error) {
 		l := testLane(model, map[bool]string{true: "rerank", false: "embed"}[model == "tight-rerank"], []int{128})
 		l.MaxBatchTokens = 200
 		return []Lane{l}, true, nil
+	case "hf", "hf-rerank":
+		l := testLane(model, map[bool]string{true: "rerank", false: "embed"}[model == "hf-rerank"], []int{128})
+		l.Tokenizer = hfTokenizer()
+		return []Lane{l}, true, nil
 	case "picky", "picky-rerank":
 		l := testLane(model, map[bool]string{true: "rerank", false: "embed"}[model == "picky-rerank"], []int{128})
 		l.Tokenizer = pickyTokenizer{}

@@ -90,3 +90,112 @@ func TestABacktrackingPatternIsBoundedByTheMatchTimeout(t *testing.T) {
 		t.Fatalf("%v: want the match timeout's refusal", err)
 	}
 }
+
+// A text longer than the most its bound's tokens can cover is refused for its size before the
+// library reads it, so a text of tens of MiB costs an error value, not its encoding; a text at
+// the bound is encoded as before. The bounds are those bound.go derives from each file: the
+// byte-level BPE's longest merge is Ġwor+ld (6 bytes of text, no normalizer); the Qwen-style
+// one's NFC may shrink a text to a quarter, so a token of at most 4 bytes (a character; its
+// merges are shorter) covers up to 16 bytes of the original text. The library drops an added
+// token it finds in a text, so a text of many of them fits whatever its size.
+func TestATextPastItsByteBoundIsRefusedUnread(t *testing.T) {
+	huge := strings.Repeat(" world", 32<<20/6)
+	for _, tc := range []struct {
+		file               string
+		perToken, specials int
+		max                int
+		fits, added        string
+		want               []uint32
+	}{
+		{"bytelevel_bpe.json", 6, 2, 5, " world world world", "[CLS]", []uint32{0, 17, 17, 17, 1}},
+		{"qwen_split_bpe.json", 16, 1, 5, "a  b!\n", "<|endoftext|>", []uint32{1, 2, 4, 7, 0}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			tk := load(t, tc.file)
+			if tk.BytesPerToken() != tc.perToken || tk.specials != tc.specials {
+				t.Fatalf("%d bytes a token, %d special tokens (%s); want %d, %d", tk.BytesPerToken(), tk.specials, tk.BoundReason(), tc.perToken, tc.specials)
+			}
+			limit, ok := tk.MaxBytes(tc.max)
+			if !ok || limit != (tc.max-tc.specials)*tc.perToken {
+				t.Fatalf("MaxBytes(%d) = %d, %v", tc.max, limit, ok)
+			}
+			// Exactly the ceiling's tokens passes.
+			if got, err := tk.EncodeContext(context.Background(), tc.fits, tc.max); err != nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("%q under %d: %v, %v; want %v", tc.fits, tc.max, got, err, tc.want)
+			}
+			// Added tokens are not counted (the library may drop them, or fail on a text of
+			// nothing else, but never for its size).
+			added := "!" + strings.Repeat(tc.added, limit)
+			if _, err := tk.EncodeContext(context.Background(), added, tc.max); IsTooLong(err) {
+				t.Fatalf("%d bytes of added tokens refused: %v", len(added), err)
+			}
+			// The scan for them ends with the caller's context.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if _, err := tk.EncodeContext(ctx, strings.Repeat(tc.added, 1<<16), tc.max); !errors.Is(err, context.Canceled) {
+				t.Fatalf("a cancelled scan: %v", err)
+			}
+			// One byte past the bound is refused for its size, unread.
+			over := tc.fits + strings.Repeat("!", limit+1-len(tc.fits))
+			var tl *TooLongError
+			if _, err := tk.EncodeContext(context.Background(), over, tc.max); !errors.As(err, &tl) || tl.Tokens != 0 || tl.Bytes != limit+1 {
+				t.Fatalf("%d bytes under %d tokens: %v; want a refusal for its size", len(over), tc.max, err)
+			}
+			// 32 MiB costs the refusal's allocation, not the library's encoding (which makes
+			// several per byte), even while another encoding holds the tokenizer.
+			tk.sem <- struct{}{}
+			allocs := testing.AllocsPerRun(3, func() {
+				if _, err := tk.EncodeContext(context.Background(), huge, 512); !IsTooLong(err) {
+					t.Fatalf("32 MiB under 512 tokens: %v", err)
+				}
+			})
+			<-tk.sem
+			if allocs > 2 {
+				t.Fatalf("refusing 32 MiB allocated %v times", allocs)
+			}
+		})
+	}
+}
+
+// A tokenizer whose parts can drop text, or answer a long run of it with one token, has no
+// byte bound: a text of any size may fit, so none is refused for its size.
+func TestTokenizersThatCanDropTextHaveNoByteBound(t *testing.T) {
+	bpe := map[string]any{"type": "BPE", "merges": []any{"a b"}}
+	for name, doc := range map[string]map[string]any{
+		"BertNormalizer":      {"normalizer": map[string]any{"type": "BertNormalizer"}, "model": bpe},
+		"Strip in a Sequence": {"normalizer": map[string]any{"type": "Sequence", "normalizers": []any{map[string]any{"type": "NFC"}, map[string]any{"type": "Strip"}}}, "model": bpe},
+		"Whitespace":          {"pre_tokenizer": map[string]any{"type": "Whitespace"}, "model": bpe},
+		"Split that removes":  {"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "Split", "behavior": "Removed"}}}, "model": bpe},
+		"WordPiece":           {"model": map[string]any{"type": "WordPiece"}},
+		"Unigram":             {"model": map[string]any{"type": "Unigram"}},
+		"WordPiece, untyped":  {"model": map[string]any{"vocab": map[string]any{}}, "decoder": map[string]any{"type": "WordPiece"}},
+		"an lstrip token":     {"model": bpe, "added_tokens": []any{map[string]any{"content": "<mask>", "lstrip": true}}},
+	} {
+		if n, why := bytesPerToken(doc); n != 0 || why == "" {
+			t.Errorf("%s: %d bytes a token (%q); want no bound", name, n, why)
+		}
+	}
+	if n, why := bytesPerToken(map[string]any{"normalizer": map[string]any{"type": "NFKC"}, "pre_tokenizer": map[string]any{"type": "Metaspace"},
+		"model": map[string]any{"type": "BPE", "merges": []any{[]any{"▁a", "bc"}}}}); n != 4*6 || why != "" {
+		t.Errorf("NFKC, Metaspace, merge ▁a bc: %d (%q); want 24", n, why)
+	}
+	if n, why := bytesPerToken(map[string]any{"model": map[string]any{"merges": []any{"abc defg"}}}); n != 7 || why != "" {
+		t.Errorf("an untyped model, read as BPE, merge abc defg: %d (%q); want 7", n, why)
+	}
+}
+
+// One long word is hashed as it is read: the Sim tokenizer's memory follows the tokens it keeps,
+// not the text (gathered as runes, a 4 MiB word took 16 MiB).
+func TestSimMemoryFollowsTheTokensNotTheText(t *testing.T) {
+	word := strings.Repeat("w", 4<<20)
+	var got []uint32
+	allocs := testing.AllocsPerRun(3, func() {
+		got, _ = Sim{}.EncodeContext(context.Background(), word, 8)
+	})
+	if len(got) != 1 || got[0] == Separator {
+		t.Fatalf("%v: want one token", got)
+	}
+	if allocs > 8 {
+		t.Fatalf("one word of 4 MiB made %v allocations", allocs)
+	}
+}

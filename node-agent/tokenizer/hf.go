@@ -47,6 +47,13 @@ type HF struct {
 	// cur is the context of the encoding that holds sem, which the regexp2 patterns look at
 	// between matches: the library's pre-tokenizers have no way to return an error.
 	cur *encodeState
+	// perToken is the most bytes of text one token covers (0: no bound, for noBound's reason);
+	// specials the tokens the post-processor adds to every text. See bound.go.
+	perToken, specials int
+	noBound            string
+	// added are the added tokens' contents by their first byte: the bytes they cover in a text
+	// are not counted against the bound (see addedTokens).
+	added *[256][]string
 }
 
 type encodeState struct{ ctx context.Context }
@@ -82,6 +89,7 @@ func ParseHF(data []byte) (t *HF, err error) {
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
+	perToken, noBound := bytesPerToken(doc)
 	var pre hf.PreTokenizer
 	st := &encodeState{ctx: context.Background()}
 	if cfg, ok := doc["pre_tokenizer"].(map[string]any); ok && needsOwnPreTokenizer(cfg) {
@@ -106,8 +114,34 @@ func ParseHF(data []byte) (t *HF, err error) {
 	if pre != nil {
 		tk.WithPreTokenizer(pre)
 	}
-	return &HF{tk: tk, sem: make(chan struct{}, 1), cur: st}, nil
+	t = &HF{tk: tk, sem: make(chan struct{}, 1), cur: st, perToken: perToken, noBound: noBound, added: addedTokens(doc)}
+	if perToken > 0 {
+		// The empty text's tokens are exactly what the post-processor adds to every text.
+		if empty, err := t.Encode(""); err != nil {
+			t.perToken, t.noBound = 0, fmt.Sprintf("the empty text cannot be encoded to count the special tokens: %v", err)
+		} else {
+			t.specials = len(empty)
+		}
+	}
+	return t, nil
 }
+
+// MaxBytes is the size in bytes past which a text (not counting the added tokens it holds)
+// certainly has more than max tokens, so that it is refused without being encoded; false when
+// the tokenizer has no such bound (BoundReason says why), or max is not a bound.
+func (t *HF) MaxBytes(max int) (int, bool) {
+	if t.perToken == 0 || max <= 0 {
+		return 0, false
+	}
+	// At least specials + ceil(n/perToken) tokens for a text of n bytes.
+	return (max - t.specials) * t.perToken, true
+}
+
+// BytesPerToken is the most bytes of text one token covers (0: no bound).
+func (t *HF) BytesPerToken() int { return t.perToken }
+
+// BoundReason says why the tokenizer has no bound on the bytes a token covers ("" if it has).
+func (t *HF) BoundReason() string { return t.noBound }
 
 // Encode is EncodeContext without a context or bound.
 func (t *HF) Encode(text string) ([]uint32, error) {
@@ -115,9 +149,20 @@ func (t *HF) Encode(text string) ([]uint32, error) {
 }
 
 // EncodeContext implements Tokenizer: the ids of text with the tokenizer's special tokens (its
-// post-processor's template). The library encodes a text whole, so the bound on tokens is
-// checked on its result; the wait for the tokenizer and each regexp2 match end with ctx.
+// post-processor's template). A text with more than MaxBytes(max) bytes outside added tokens is
+// refused for its size before anything else (a scan that stops past the bound); otherwise the
+// library encodes it whole, and the bound on tokens is checked on its result. That scan, the
+// wait for the tokenizer and each regexp2 match end with ctx.
 func (t *HF) EncodeContext(ctx context.Context, text string, max int) (ids []uint32, err error) {
+	if limit, ok := t.MaxBytes(max); ok && len(text) > limit {
+		past, err := pastBound(ctx, text, limit, t.added)
+		if err != nil {
+			return nil, err
+		}
+		if past {
+			return nil, &TooLongError{Max: max, Bytes: len(text)}
+		}
+	}
 	if !utf8.ValidString(text) {
 		return nil, fmt.Errorf("the text is not valid UTF-8")
 	}

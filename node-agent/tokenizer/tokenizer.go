@@ -39,11 +39,15 @@ type Tokenizer interface {
 
 // TooLongError says a text has more tokens than the bound it was encoded under.
 type TooLongError struct {
-	// Max is the bound; Tokens what was counted before encoding stopped (at least Max+1).
-	Max, Tokens int
+	// Max is the bound; Tokens what was counted before encoding stopped (at least Max+1), or 0
+	// when the text was refused unread for its size, Bytes, which no Max tokens can cover.
+	Max, Tokens, Bytes int
 }
 
 func (e *TooLongError) Error() string {
+	if e.Tokens == 0 {
+		return fmt.Sprintf("the text has over %d tokens (its %d bytes cannot fit in fewer)", e.Max, e.Bytes)
+	}
 	return fmt.Sprintf("the text has over %d tokens (%d counted before encoding stopped)", e.Max, e.Tokens)
 }
 
@@ -93,11 +97,15 @@ func (s Sim) encode(ctx context.Context, text string, max int) ([]uint32, error)
 		h.Write([]byte(word))
 		return 1 + h.Sum32()%(vocab-1)
 	}
-	var word []rune
+	// A word is hashed as it is read, rune by rune, rather than gathered first: one long word
+	// costs no memory (gathered as runes it took four times its bytes).
+	word, inWord := fnv.New32a(), false
+	var buf [utf8.UTFMax]byte
 	flush := func() {
-		if len(word) > 0 {
-			out = append(out, id(string(word)))
-			word = word[:0]
+		if inWord {
+			out = append(out, 1+word.Sum32()%(vocab-1))
+			word.Reset()
+			inWord = false
 		}
 	}
 	for i, runes := 0, 0; i < len(text); runes++ {
@@ -113,7 +121,8 @@ func (s Sim) encode(ctx context.Context, text string, max int) ([]uint32, error)
 		i += n
 		switch {
 		case unicode.IsLetter(r) || unicode.IsDigit(r):
-			word = append(word, unicode.ToLower(r))
+			word.Write(utf8.AppendRune(buf[:0], unicode.ToLower(r)))
+			inWord = true
 		case unicode.IsSpace(r):
 			flush()
 		default:
