@@ -121,6 +121,17 @@ func (a *Agent) Lookup(model string) ([]httpapi.Lane, bool, error) {
 	return nil, false, refusal.New(refusal.UnknownLane, model, "no lane or model of that name is placed on node %s", a.cfg.NodeName)
 }
 
+// Lanes implements httpapi.Catalog: every lane placed on the node.
+func (a *Agent) Lanes() []httpapi.Lane {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]httpapi.Lane, 0, len(a.lanes))
+	for _, l := range a.lanes {
+		out = append(out, l.api)
+	}
+	return out
+}
+
 // servable says why a lane cannot take calls now, if it cannot. Callers hold mu.
 func (a *Agent) servable(l *lane) error {
 	switch l.state {

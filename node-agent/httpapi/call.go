@@ -96,8 +96,12 @@ func (c *call) decodeDeferring(v any, field string) (value []byte, deferred bool
 // into a buffer the call owns, sized by its Content-Length when it gives one: the inputs
 // (rawJSON, or a deferred value) are read from that buffer later, never copied.
 func (c *call) read() ([]byte, error) {
-	// A large body is read only with one of the bulk calls' share held (see WorkLimits).
+	// A large body is read only with one of the bulk calls' share held (see WorkLimits), and
+	// only for a caller some lane of the node admits (mayCallSome).
 	if c.s.work.bulkBody(c.r.ContentLength) && c.r.ContentLength <= MaxBodyBytes {
+		if err := c.s.mayCallSome(c); err != nil {
+			return nil, err
+		}
 		if err := c.s.work.enterBulk(c.r.Context()); err != nil {
 			return nil, err
 		}

@@ -61,6 +61,8 @@ func (c laneCatalog) Lookup(model string) ([]Lane, bool, error) {
 	return nil, false, refusal.New(refusal.UnknownLane, model, "no such lane on this node")
 }
 
+func (c laneCatalog) Lanes() []Lane { return c }
+
 // realLanes serves one lane per task through the real API, serving, the residency supervisor and
 // one real sim worker process per lane. Its lanes take 128 tokens an input and 1024 a call, so
 // small bodies reach every limit.

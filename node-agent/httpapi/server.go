@@ -72,6 +72,8 @@ type Lane struct {
 // of that model, among which the API routes. It answers with a refusal when there is none.
 type Catalog interface {
 	Lookup(model string) (lanes []Lane, byName bool, err error)
+	// Lanes lists every lane placed on the node, servable now or not, in no order.
+	Lanes() []Lane
 }
 
 // Runner runs composed calls (serving.Server).

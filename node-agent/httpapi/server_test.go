@@ -106,6 +106,22 @@ func (fakeCatalog) Lookup(model string) ([]Lane, bool, error) {
 	return nil, false, refusal.New(refusal.UnknownLane, model, "no such lane on this node")
 }
 
+// Lanes lists the lanes Lookup answers with (each lane once, by its key).
+func (c fakeCatalog) Lanes() []Lane {
+	seen := map[string]Lane{}
+	for _, model := range []string{"embed", "rerank", "gte", "solo", "idsonly", "mixed", "mixed-rerank", "spaces", "tight", "tight-rerank", "hf", "hf-rerank", "picky", "picky-rerank"} {
+		lanes, _, _ := c.Lookup(model)
+		for _, l := range lanes {
+			seen[l.Key+"/"+l.Task] = l
+		}
+	}
+	out := make([]Lane, 0, len(seen))
+	for _, l := range seen {
+		out = append(out, l)
+	}
+	return out
+}
+
 // fakeRunner computes the sim model's outputs, or answers err.
 type fakeRunner struct {
 	mu        sync.Mutex

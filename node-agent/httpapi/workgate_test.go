@@ -101,6 +101,8 @@ type panickingCatalog struct{}
 
 func (panickingCatalog) Lookup(string) ([]Lane, bool, error) { panic("a defect under the handler") }
 
+func (panickingCatalog) Lanes() []Lane { panic("a defect under the handler") }
+
 // TestAPanickingCallGivesItsWorkSlotBack: net/http recovers a handler's panic; the call's work
 // slot must come back with it, or a few such calls would leave every later one overloaded.
 func TestAPanickingCallGivesItsWorkSlotBack(t *testing.T) {
