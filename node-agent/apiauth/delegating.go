@@ -107,8 +107,8 @@ type Config struct {
 	// above if zero).
 	RefusedReviewsPerSecond float64
 	RefusedReviewBurst      int
-	Clock      clock.PassiveClock
-	Log        logr.Logger
+	Clock                   clock.PassiveClock
+	Log                     logr.Logger
 }
 
 // Delegating authenticates and authorizes by delegating to the API server, with caches.
