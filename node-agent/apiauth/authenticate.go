@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sync/singleflight"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -33,10 +34,17 @@ import (
 )
 
 // tokenCache holds token reviews by the token's SHA-256 (never the token itself), and makes
-// one review at a time per token however many calls carry it.
+// one review at a time per token however many calls carry it. Accepted and refused tokens are
+// kept in caches of their own, each bounded, so that no number of refused tokens evicts an
+// accepted one: a flood of made-up tokens costs its own entries, never a caller's.
 type tokenCache struct {
-	lru    *cache.LRUExpireCache
-	flight singleflight.Group
+	// accepted holds the tokens the API server accepted, for KnownGoodTTL: an entry answers
+	// for AuthenticatedTTL after its review; after that the token is reviewed again, as a
+	// token known good (reserved review slots, not held back by the refusals' budget).
+	accepted *cache.LRUExpireCache
+	// refused holds the tokens the API server refused, for UnauthenticatedTTL.
+	refused *cache.LRUExpireCache
+	flight  singleflight.Group
 }
 
 type tokenVerdict struct {
@@ -44,8 +52,14 @@ type tokenVerdict struct {
 	why  string
 }
 
+// acceptedToken is an accepted token's review, which answers until fresh.
+type acceptedToken struct {
+	user  user.Info
+	fresh time.Time
+}
+
 func newTokenCache(size int, clk clock.PassiveClock) *tokenCache {
-	return &tokenCache{lru: cache.NewLRUExpireCacheWithClock(size, clk)}
+	return &tokenCache{accepted: cache.NewLRUExpireCacheWithClock(size, clk), refused: cache.NewLRUExpireCacheWithClock(size, clk)}
 }
 
 // BearerToken is the token of an "Authorization: Bearer <token>" header, or "".
@@ -59,8 +73,8 @@ func BearerToken(r *http.Request) string {
 
 // AuthenticateRequest says who sent r by its bearer token. ok is false when r has no token or
 // the API server does not accept it for the audience (why says which, for the log, never the
-// caller); err is set when no decision could be made (the API server is away): the caller
-// answers 503, and nothing is cached.
+// caller); err is set when no decision could be made (the API server is away, or the review
+// was not made: ErrBusy, ErrTooManyRefused): the caller answers 503, and nothing is cached.
 func (d *Delegating) AuthenticateRequest(r *http.Request) (u user.Info, ok bool, why string, err error) {
 	token := BearerToken(r)
 	if token == "" {
@@ -82,12 +96,26 @@ func (d *Delegating) AuthenticateRequest(r *http.Request) (u user.Info, ok bool,
 
 func (d *Delegating) authenticate(ctx context.Context, token string) (tokenVerdict, error) {
 	sum := sha256.Sum256([]byte(token))
-	if v, ok := d.tokens.lru.Get(sum); ok {
+	known := false
+	if v, ok := d.tokens.accepted.Get(sum); ok {
+		a := v.(acceptedToken)
+		if d.cfg.Clock.Now().Before(a.fresh) {
+			return tokenVerdict{user: a.user}, nil
+		}
+		known = true
+	}
+	if v, ok := d.tokens.refused.Get(sum); ok {
 		return v.(tokenVerdict), nil
 	}
 	// The review is made for every waiter, so it must not end with the first one's request.
 	res, err := wait(ctx, &d.tokens.flight, string(sum[:]), func() (any, error) {
-		release, err := d.acquire()
+		// A token not known good may be one of a flood of made-up ones: it is reviewed only
+		// while the refusals' budget lasts, and in the share of the slots such tokens may hold.
+		if !known && !d.budget.open() {
+			d.metrics.reviews.WithLabelValues("none", "throttled").Inc()
+			return nil, ErrTooManyRefused
+		}
+		release, err := d.acquire(!known)
 		if err != nil {
 			return nil, err
 		}
@@ -97,13 +125,17 @@ func (d *Delegating) authenticate(ctx context.Context, token string) (tokenVerdi
 		v, err := d.review(ctx, token)
 		d.metrics.reviewed("TokenReview", err)
 		if err != nil {
+			d.budget.charge()
 			return nil, err
 		}
-		ttl := d.cfg.AuthenticatedTTL
 		if v.user == nil {
-			ttl = d.cfg.UnauthenticatedTTL
+			d.budget.charge()
+			d.tokens.accepted.Remove(sum)
+			d.tokens.refused.Add(sum, v, d.cfg.UnauthenticatedTTL)
+			return v, nil
 		}
-		d.tokens.lru.Add(sum, v, ttl)
+		d.tokens.refused.Remove(sum)
+		d.tokens.accepted.Add(sum, acceptedToken{user: v.user, fresh: d.cfg.Clock.Now().Add(d.cfg.AuthenticatedTTL)}, d.cfg.KnownGoodTTL)
 		return v, nil
 	})
 	if err != nil {

@@ -41,9 +41,11 @@ type Access struct {
 }
 
 // accessCache holds decisions by the caller and the access, one review at a time per key.
+// Allowed and denied decisions are kept in caches of their own, each bounded, so that no number
+// of denied asks evicts an allowed decision.
 type accessCache struct {
-	lru    *cache.LRUExpireCache
-	flight singleflight.Group
+	allowed, denied *cache.LRUExpireCache
+	flight          singleflight.Group
 }
 
 type accessVerdict struct {
@@ -52,20 +54,31 @@ type accessVerdict struct {
 }
 
 func newAccessCache(size int, clk clock.PassiveClock) *accessCache {
-	return &accessCache{lru: cache.NewLRUExpireCacheWithClock(size, clk)}
+	return &accessCache{allowed: cache.NewLRUExpireCacheWithClock(size, clk), denied: cache.NewLRUExpireCacheWithClock(size, clk)}
+}
+
+// get is the cached decision for key, if any.
+func (c *accessCache) get(key string) (accessVerdict, bool) {
+	if v, ok := c.allowed.Get(key); ok {
+		return v.(accessVerdict), true
+	}
+	if v, ok := c.denied.Get(key); ok {
+		return v.(accessVerdict), true
+	}
+	return accessVerdict{}, false
 }
 
 // Authorize says whether u may do a. reason is the API server's, for the log and the caller's
 // 403. err is set when no decision could be made: the caller answers 503 and nothing is cached.
 func (d *Delegating) Authorize(ctx context.Context, u user.Info, a Access) (allowed bool, reason string, err error) {
 	key := accessKey(u, a)
-	if v, ok := d.access.lru.Get(key); ok {
-		v := v.(accessVerdict)
+	if v, ok := d.access.get(key); ok {
 		d.metrics.authz.WithLabelValues(verdict(v.allowed)).Inc()
 		return v.allowed, v.reason, nil
 	}
 	res, err := wait(ctx, &d.access.flight, key, func() (any, error) {
-		release, err := d.acquire()
+		// Only an authenticated caller asks: any free slot will do.
+		release, err := d.acquire(false)
 		if err != nil {
 			return nil, err
 		}
@@ -79,11 +92,13 @@ func (d *Delegating) Authorize(ctx context.Context, u user.Info, a Access) (allo
 		}
 		// Denied, or no opinion: either way not allowed.
 		v := accessVerdict{allowed: sar.Status.Allowed && !sar.Status.Denied, reason: sar.Status.Reason}
-		ttl := d.cfg.DeniedTTL
 		if v.allowed {
-			ttl = d.cfg.AllowedTTL
+			d.access.denied.Remove(key)
+			d.access.allowed.Add(key, v, d.cfg.AllowedTTL)
+		} else {
+			d.access.allowed.Remove(key)
+			d.access.denied.Add(key, v, d.cfg.DeniedTTL)
 		}
-		d.access.lru.Add(key, v, ttl)
 		return v, nil
 	})
 	if err != nil {

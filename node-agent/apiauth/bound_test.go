@@ -25,20 +25,29 @@ import (
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes/fake"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
 )
 
-// A flood of distinct tokens (none cached, each its own review) gets at most MaxReviews reviews
-// in flight; the rest are answered ErrBusy at once, not queued, and nothing busy is cached.
+// A flood of distinct tokens (none cached, each its own review) gets at most the unknown
+// tokens' share of MaxReviews in flight (3 of 4); the rest are answered ErrBusy at once, not
+// queued, and nothing busy is cached. The slot left is an authenticated caller's.
 func TestReviewsInFlightAreBounded(t *testing.T) {
-	const limit, flood = 4, 20
+	const maxReviews, limit, flood = 4, 3, 20
 	started, unblock := make(chan struct{}, flood), make(chan struct{})
 	reviews := &blockingReviews{started: started, unblock: unblock}
-	auth := apiauth.New(apiauth.Config{TokenReviews: reviews, SubjectAccessReviews: fake.NewClientset().AuthorizationV1(), MaxReviews: limit})
+	sars := fake.NewClientset()
+	sars.PrependReactor("create", "subjectaccessreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, &authorizationv1.SubjectAccessReview{Status: authorizationv1.SubjectAccessReviewStatus{Allowed: true}}, nil
+	})
+	auth := apiauth.New(apiauth.Config{TokenReviews: reviews, SubjectAccessReviews: sars.AuthorizationV1(), MaxReviews: maxReviews})
 	request := func(token string) *http.Request {
 		r, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://mac/metrics", nil)
 		r.Header.Set("Authorization", "Bearer "+token)
@@ -61,6 +70,10 @@ func TestReviewsInFlightAreBounded(t *testing.T) {
 		if !errors.Is(err, apiauth.ErrBusy) || ok {
 			t.Fatalf("flood call %d: ok %v, err %v, want ErrBusy", i, ok, err)
 		}
+	}
+	// The flood does not hold the last slot: a caller's access is still reviewed.
+	if allowed, _, err := auth.Authorize(context.Background(), &user.DefaultInfo{Name: "alice"}, apiauth.Access{Path: "/metrics"}); err != nil || !allowed {
+		t.Fatalf("an access review while the flood holds its share: allowed %v, err %v", allowed, err)
 	}
 	close(unblock)
 	wg.Wait()

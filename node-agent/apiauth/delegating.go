@@ -51,17 +51,41 @@ const (
 	DefaultUnauthenticatedTTL = 30 * time.Second
 	DefaultAllowedTTL         = 5 * time.Minute
 	DefaultDeniedTTL          = 30 * time.Second
-	// DefaultCacheSize bounds each cache (tokens, decisions); the least recently used goes.
+	// DefaultKnownGoodTTL is how long an accepted token is remembered as known good after its
+	// review has expired: a projected ServiceAccount token lives an hour unless its pod asks
+	// otherwise, so a client's current token is one accepted within the hour. A known token's
+	// review is never held back by what made-up tokens cost.
+	DefaultKnownGoodTTL = time.Hour
+	// DefaultCacheSize bounds each cache (accepted tokens, refused tokens, allowed and denied
+	// decisions); the least recently used goes.
 	DefaultCacheSize = 4096
 	// DefaultReviewTimeout bounds one review, retries none: a caller gets 503 and retries.
 	DefaultReviewTimeout = 10 * time.Second
 	// DefaultMaxReviews bounds the reviews in flight to the API server at once: a flood of
-	// distinct tokens gets ErrBusy beyond it rather than a review each.
+	// distinct tokens gets ErrBusy beyond it rather than a review each. Tokens not known good
+	// may hold only part of them (unknownSlots).
 	DefaultMaxReviews = 32
+	// DefaultRefusedReviewsPerSecond and DefaultRefusedReviewBurst are the refusals' budget: a
+	// token bucket that every TokenReview answered "not authenticated" (or failed) takes one
+	// from, and while it is empty a token not known good is answered ErrTooManyRefused, not
+	// reviewed. The reviews go through a client of client-go's default rate, 5 per second,
+	// burst 10 (k8s.io/client-go rest/config.go DefaultQPS, DefaultBurst), shared with the
+	// SubjectAccessReviews: refused tokens may spend 2 of the 5 and half the burst, so good
+	// callers keep 3 reviews a second whatever a flood sends, and the API server sees at most
+	// 2 reviews a second of made-up tokens from an agent. An honest node refuses far fewer: a
+	// refused token is kept 30 s, so 2 a second is 60 distinct bad tokens at once, more than a
+	// node's misconfigured clients present.
+	DefaultRefusedReviewsPerSecond = 2
+	DefaultRefusedReviewBurst      = 5
 )
 
 // ErrBusy: as many reviews as allowed are in flight; the caller answers 503 and retries.
 var ErrBusy = errors.New("too many reviews in flight")
+
+// ErrTooManyRefused: tokens were refused at the budget's rate lately, and a token not known
+// good is not reviewed until it refills; the caller answers 503 and retries. A token accepted
+// before is still reviewed, and one whose review is cached is still answered.
+var ErrTooManyRefused = errors.New("too many tokens refused lately to review an unknown one now")
 
 // Config configures a Delegating.
 type Config struct {
@@ -72,14 +96,19 @@ type Config struct {
 	SubjectAccessReviews authorizationv1client.SubjectAccessReviewsGetter
 	// Audience is what a caller's token must be issued for (DefaultAudience if empty).
 	Audience string
-	// The caches' lifetimes and bound (the defaults above if zero).
-	AuthenticatedTTL, UnauthenticatedTTL, AllowedTTL, DeniedTTL time.Duration
-	CacheSize                                                   int
-	ReviewTimeout                                               time.Duration
+	// The caches' lifetimes and bound (the defaults above if zero; KnownGoodTTL is at least
+	// AuthenticatedTTL).
+	AuthenticatedTTL, UnauthenticatedTTL, AllowedTTL, DeniedTTL, KnownGoodTTL time.Duration
+	CacheSize                                                                 int
+	ReviewTimeout                                                             time.Duration
 	// MaxReviews bounds the reviews in flight (DefaultMaxReviews if zero).
 	MaxReviews int
-	Clock      clock.PassiveClock
-	Log        logr.Logger
+	// RefusedReviewsPerSecond and RefusedReviewBurst are the refusals' budget (the defaults
+	// above if zero).
+	RefusedReviewsPerSecond float64
+	RefusedReviewBurst      int
+	Clock                   clock.PassiveClock
+	Log                     logr.Logger
 }
 
 // Delegating authenticates and authorizes by delegating to the API server, with caches.
@@ -88,8 +117,10 @@ type Delegating struct {
 	tokens  *tokenCache
 	access  *accessCache
 	metrics *metrics
-	// slots holds one token per review in flight.
-	slots chan struct{}
+	// slots holds one token per review in flight; unknown one per review of a token not known
+	// good, which holds a slot too.
+	slots, unknown chan struct{}
+	budget         *refusalBudget
 }
 
 // New returns a Delegating for cfg.
@@ -102,16 +133,26 @@ func New(cfg Config) *Delegating {
 	setDefault(&cfg.AllowedTTL, DefaultAllowedTTL)
 	setDefault(&cfg.DeniedTTL, DefaultDeniedTTL)
 	setDefault(&cfg.ReviewTimeout, DefaultReviewTimeout)
+	setDefault(&cfg.KnownGoodTTL, DefaultKnownGoodTTL)
+	cfg.KnownGoodTTL = max(cfg.KnownGoodTTL, cfg.AuthenticatedTTL)
 	if cfg.CacheSize <= 0 {
 		cfg.CacheSize = DefaultCacheSize
 	}
 	if cfg.MaxReviews <= 0 {
 		cfg.MaxReviews = DefaultMaxReviews
 	}
+	if cfg.RefusedReviewsPerSecond <= 0 {
+		cfg.RefusedReviewsPerSecond = DefaultRefusedReviewsPerSecond
+	}
+	if cfg.RefusedReviewBurst <= 0 {
+		cfg.RefusedReviewBurst = DefaultRefusedReviewBurst
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	d := &Delegating{cfg: cfg, metrics: newMetrics(), slots: make(chan struct{}, cfg.MaxReviews)}
+	d := &Delegating{cfg: cfg, metrics: newMetrics(), slots: make(chan struct{}, cfg.MaxReviews),
+		unknown: make(chan struct{}, unknownSlots(cfg.MaxReviews)),
+		budget:  newRefusalBudget(cfg.RefusedReviewsPerSecond, cfg.RefusedReviewBurst, cfg.Clock)}
 	d.tokens = newTokenCache(cfg.CacheSize, cfg.Clock)
 	d.access = newAccessCache(cfg.CacheSize, cfg.Clock)
 	return d
@@ -120,17 +161,6 @@ func New(cfg Config) *Delegating {
 func setDefault(d *time.Duration, v time.Duration) {
 	if *d <= 0 {
 		*d = v
-	}
-}
-
-// acquire takes a review slot, or answers ErrBusy at once when none is free.
-func (d *Delegating) acquire() (release func(), err error) {
-	select {
-	case d.slots <- struct{}{}:
-		return func() { <-d.slots }, nil
-	default:
-		d.metrics.reviews.WithLabelValues("none", "busy").Inc()
-		return nil, ErrBusy
 	}
 }
 

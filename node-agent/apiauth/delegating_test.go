@@ -262,19 +262,21 @@ var _ = Describe("Delegating", func() {
 		Expect(f.reviews("SubjectAccessReview")).To(Equal(4))
 	})
 
-	It("should hold at most its cache size of decisions, the least recently used going first", func() {
+	It("should hold at most its cache size of each kind of decision, the least recently used going first", func() {
 		f := newFixture(2)
 		c := newCaller()
 		u, ok := f.authenticate(c.token(apiauth.DefaultAudience))
 		Expect(ok).To(BeTrue())
-		for _, lane := range []string{"lane-a", "lane-b", "lane-c"} {
+		// lane-a is allowed, the others denied.
+		for _, lane := range []string{"lane-a", "lane-b", "lane-c", "lane-d"} {
 			f.mayCall(u, c.namespace, lane, "embeddings")
 		}
-		Expect(f.reviews("SubjectAccessReview")).To(Equal(3))
-		f.mayCall(u, c.namespace, "lane-c", "embeddings")
-		Expect(f.reviews("SubjectAccessReview")).To(Equal(3))
-		f.mayCall(u, c.namespace, "lane-a", "embeddings")
-		Expect(f.reviews("SubjectAccessReview")).To(Equal(4), "lane-a's decision was evicted")
+		Expect(f.reviews("SubjectAccessReview")).To(Equal(4))
+		f.mayCall(u, c.namespace, "lane-d", "embeddings")
+		Expect(f.mayCall(u, c.namespace, "lane-a", "embeddings")).To(BeTrue())
+		Expect(f.reviews("SubjectAccessReview")).To(Equal(4), "three denials did not evict the allowance")
+		f.mayCall(u, c.namespace, "lane-b", "embeddings")
+		Expect(f.reviews("SubjectAccessReview")).To(Equal(5), "lane-b's denial was evicted by the later ones")
 	})
 
 	It("should review a token once however many calls carry it at once", func() {

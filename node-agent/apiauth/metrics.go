@@ -35,7 +35,7 @@ func newMetrics() *metrics {
 		}, []string{"result"}),
 		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "synapse_agent_auth_reviews_total",
-			Help: "Reviews asked of the API server (TokenReview, SubjectAccessReview), by result (ok, error), and calls refused a review because too many were in flight (review none, result busy); decisions not asked again come from the caches.",
+			Help: "Reviews asked of the API server (TokenReview, SubjectAccessReview), by result (ok, error), calls refused a review because too many were in flight (review none, result busy), and tokens not known good refused a review because the refusals' budget is spent (review none, result throttled); decisions not asked again come from the caches.",
 		}, []string{"review", "result"}),
 	}
 	return m

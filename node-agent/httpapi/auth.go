@@ -18,6 +18,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -42,7 +43,9 @@ const (
 	CodeUnauthorized = "unauthorized"
 	// CodeForbidden (403): the caller may not call the lane (or read the metrics).
 	CodeForbidden = "forbidden"
-	// CodeAuthUnavailable (503): the API server could not be asked; retry.
+	// CodeAuthUnavailable (503, with Retry-After): the API server could not be asked, or the
+	// agent would not ask it now (too many reviews in flight, or too many made-up tokens
+	// lately); retry.
 	CodeAuthUnavailable = "auth_unavailable"
 )
 
@@ -66,9 +69,14 @@ func (s *Server) admit(w http.ResponseWriter, r **http.Request) bool {
 	}
 	u, ok, why, err := s.cfg.Auth.AuthenticateRequest(req)
 	switch {
+	case errors.Is(err, apiauth.ErrBusy) || errors.Is(err, apiauth.ErrTooManyRefused):
+		// No review was made, at once: a flood of made-up tokens is answered here, and logs
+		// no line each.
+		s.cfg.Log.V(1).Info("no review of a caller's token now", "path", req.URL.Path, "reason", err.Error())
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: CodeAuthUnavailable, message: "the caller's token could not be reviewed now; retry"})
+		return false
 	case err != nil:
 		s.cfg.Log.Error(err, "authenticating a call", "path", req.URL.Path)
-		w.Header().Set("Retry-After", "1")
 		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: CodeAuthUnavailable, message: "the caller's token could not be reviewed now; retry"})
 		return false
 	case !ok:

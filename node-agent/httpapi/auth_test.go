@@ -194,18 +194,22 @@ func TestAModelIsRoutedOnlyToTheLanesTheCallerMayCall(t *testing.T) {
 }
 
 func TestAnAuthDecisionThatCannotBeMadeIs503NotARefusalOrAPass(t *testing.T) {
-	auth := &fakeAuth{users: map[string]string{"a": "alice"}, allow: map[string][]string{"alice": {"team/embed/embeddings"}},
-		authnErr: errors.New("the API server is away")}
+	auth := &fakeAuth{users: map[string]string{"a": "alice"}, allow: map[string][]string{"alice": {"team/embed/embeddings"}}}
 	ts, runner := newAuthServer(t, auth)
-	resp, body := postAs(t, ts.URL+"/v1/embeddings", "a", `{"model": "team/embed", "input": "x"}`)
-	if resp.StatusCode != http.StatusServiceUnavailable || errorCodeOf(body) != CodeAuthUnavailable || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("authn error: %d %v %v", resp.StatusCode, resp.Header, body)
+	// The API server away, too many reviews in flight, too many made-up tokens lately: each is
+	// 503 with a time to come back.
+	for _, err := range []error{errors.New("the API server is away"), apiauth.ErrBusy, apiauth.ErrTooManyRefused} {
+		auth.authnErr = err
+		resp, body := postAs(t, ts.URL+"/v1/embeddings", "a", `{"model": "team/embed", "input": "x"}`)
+		if resp.StatusCode != http.StatusServiceUnavailable || errorCodeOf(body) != CodeAuthUnavailable || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("authn error %v: %d %v %v", err, resp.StatusCode, resp.Header, body)
+		}
 	}
 	auth.authnErr, auth.authzErr = nil, errors.New("the API server is away")
 	for _, model := range []string{"team/embed", "gte"} {
-		resp, body = postAs(t, ts.URL+"/v1/embeddings", "a", `{"model": "`+model+`", "input": "x"}`)
-		if resp.StatusCode != http.StatusServiceUnavailable || errorCodeOf(body) != CodeAuthUnavailable {
-			t.Fatalf("authz error, %s: %d %v", model, resp.StatusCode, body)
+		resp, body := postAs(t, ts.URL+"/v1/embeddings", "a", `{"model": "`+model+`", "input": "x"}`)
+		if resp.StatusCode != http.StatusServiceUnavailable || errorCodeOf(body) != CodeAuthUnavailable || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("authz error, %s: %d %v %v", model, resp.StatusCode, resp.Header, body)
 		}
 	}
 	if len(runner.calls) != 0 {

@@ -129,6 +129,12 @@ func mayHoldPath(msg string) bool {
 	return false
 }
 
+// defaultRetryAfter is what a 503 or 429 that knows no better tells a client to wait: the
+// refusals it answers (engine_crashed, lane_retired, node_paused, backend_unavailable,
+// auth_unavailable, ...) end when something else happens, not at a time the agent can
+// predict, and a second is the shortest wait Retry-After can say.
+const defaultRetryAfter = time.Second
+
 func writeError(w http.ResponseWriter, e *apiError) {
 	d := errorDetail{Message: e.message, Type: "server_error", Code: e.code}
 	if e.status < 500 {
@@ -137,11 +143,17 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	if e.param != "" {
 		d.Param = &e.param
 	}
-	if e.code == string(refusal.ShapeCompiling) || e.code == string(refusal.Overloaded) {
-		ms := e.retryAfter.Milliseconds()
+	if e.status == http.StatusServiceUnavailable || e.status == http.StatusTooManyRequests {
+		// Every 503 and 429 says when to come back: the time the refusal knows
+		// (shape_compiling's predicted compile, overloaded's), else defaultRetryAfter.
+		retry := e.retryAfter
+		if retry <= 0 {
+			retry = defaultRetryAfter
+		}
+		ms := retry.Milliseconds()
 		d.RetryAfterMs = &ms
 		// Retry-After is whole seconds, rounded up so a client never comes back early.
-		w.Header().Set("Retry-After", strconv.FormatInt(int64((e.retryAfter+time.Second-1)/time.Second), 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
 	}
 	w.Header().Set("X-Synapse-Error-Code", e.code)
 	writeJSON(w, e.status, errorBody{Error: d})

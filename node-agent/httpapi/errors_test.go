@@ -17,9 +17,95 @@ limitations under the License.
 package httpapi
 
 import (
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 )
+
+// Every answer that tells a caller to come back (503, 429) says when, in Retry-After and in
+// retry_after_ms: each refusal code, read from the refusal package's source so that a code
+// added later is checked too, and the agent's own codes of that kind.
+func TestEvery503And429CarriesRetryAfter(t *testing.T) {
+	cases := map[string]*apiError{
+		CodeAuthUnavailable + " (authorization)": {status: http.StatusServiceUnavailable, code: CodeAuthUnavailable, message: "no review"},
+		"overloaded at the work gate":            overloaded("every slot taken"),
+	}
+	codes := refusalCodes(t)
+	if len(codes) < 13 {
+		t.Fatalf("read %d refusal codes from the source, want every one: %v", len(codes), codes)
+	}
+	for _, code := range codes {
+		cases[string(code)] = fromError(refusal.New(code, "team/lane", "refused"))
+	}
+	cases["shape_compiling, 2.5 s predicted"] = fromError(&refusal.Error{Code: refusal.ShapeCompiling, Lane: "team/lane", RetryAfter: 2500 * time.Millisecond})
+	retrying := 0
+	for name, e := range cases {
+		t.Run(name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			writeError(rec, e)
+			if rec.Code != http.StatusServiceUnavailable && rec.Code != http.StatusTooManyRequests {
+				if rec.Header().Get("Retry-After") != "" {
+					t.Fatalf("%d with Retry-After %q", rec.Code, rec.Header().Get("Retry-After"))
+				}
+				return
+			}
+			retrying++
+			want := max(e.retryAfter, defaultRetryAfter)
+			var body errorBody
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				t.Fatal(err)
+			}
+			secs, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+			if err != nil || time.Duration(secs)*time.Second < want || body.Error.RetryAfterMs == nil || *body.Error.RetryAfterMs != want.Milliseconds() {
+				t.Fatalf("%d %s: Retry-After %q, retry_after_ms %v, want at least %s", rec.Code, e.code, rec.Header().Get("Retry-After"), body.Error.RetryAfterMs, want)
+			}
+		})
+	}
+	if retrying < 10 {
+		t.Fatalf("only %d of the answers were 503 or 429", retrying)
+	}
+}
+
+// refusalCodes are the refusal package's Code constants, read from its source.
+func refusalCodes(t *testing.T) []refusal.Code {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "../refusal/refusal.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codes []refusal.Code
+	for _, decl := range f.Decls {
+		g, ok := decl.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Code" {
+				continue
+			}
+			for _, v := range vs.Values {
+				if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					s, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					codes = append(codes, refusal.Code(s))
+				}
+			}
+		}
+	}
+	return codes
+}
 
 // The check that lets most messages skip the expression never lets a path through: whatever
 // the message, scrub answers what the expression alone would.

@@ -154,6 +154,7 @@ func withMethod(r *http.Request, m string) *http.Request {
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if s.cfg.Ready != nil {
 		if err := s.cfg.Ready(); err != nil {
+			w.Header().Set("Retry-After", "1") // defaultRetryAfter: readiness comes back when it does
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
