@@ -25,6 +25,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
+	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 )
 
 // Auth authenticates every call but the probes and authorizes what it asks: each lane it may
@@ -120,6 +121,25 @@ func (s *Server) authorize(ctx context.Context, u user.Info, a apiauth.Access, w
 	return nil
 }
 
+// authorizeWithin is authorize, its wait for a review bounded by the call's deadline on lane
+// l: the lane is known once the body is read, and the deadline runs from the call's arrival
+// (the caller's token, reviewed before any lane is known, waits at most apiauth's
+// ReviewTimeout). A deadline that passes during the review is the call's, answered
+// deadline_exceeded, not the authorizer's unavailability.
+func (s *Server) authorizeWithin(c *call, u user.Info, l Lane, a apiauth.Access, what string) error {
+	d := c.deadline(l)
+	if d.IsZero() {
+		return s.authorize(c.r.Context(), u, a, what)
+	}
+	ctx, cancel := context.WithTimeout(c.r.Context(), d.Sub(s.cfg.Clock.Now()))
+	defer cancel()
+	err := s.authorize(ctx, u, a, what)
+	if ae, ok := err.(*apiError); ok && ae.status == http.StatusServiceUnavailable && ctx.Err() == context.DeadlineExceeded && c.r.Context().Err() == nil {
+		return refusal.New(refusal.DeadlineExceeded, l.Key, "the deadline passed while the caller's access to the lane was reviewed")
+	}
+	return err
+}
+
 // authorizeLanes keeps the lanes the caller may call on c's endpoint. A lane the request named
 // that the caller may not call refuses the call; so does a model none of whose lanes it may
 // call. Lanes the caller may not call are never routed to.
@@ -132,7 +152,10 @@ func (s *Server) authorizeLanes(c *call, model string, lanes []Lane, byName bool
 	var refused error
 	for _, l := range lanes {
 		what := fmt.Sprintf("create cataloglanes/%s of lane %s/%s", c.endpoint, l.Namespace, l.Name)
-		err := s.authorize(c.r.Context(), u, apiauth.Access{Namespace: l.Namespace, Lane: l.Name, Subresource: c.endpoint}, what)
+		err := s.authorizeWithin(c, u, l, apiauth.Access{Namespace: l.Namespace, Lane: l.Name, Subresource: c.endpoint}, what)
+		if refusal.CodeOf(err) == refusal.DeadlineExceeded {
+			return nil, err
+		}
 		if ae, ok := err.(*apiError); ok && ae.status != http.StatusForbidden {
 			return nil, err // no decision: say so rather than route around it
 		}

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/apiserver/pkg/authentication/user"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -243,3 +244,32 @@ func errorField(body map[string]any, k string) string {
 func errorCodeOf(body map[string]any) string    { return errorField(body, "code") }
 func errorTypeOf(body map[string]any) string    { return errorField(body, "type") }
 func errorMessageOf(body map[string]any) string { return errorField(body, "message") }
+
+// waitingAuth authenticates every token and answers no access review until the review's
+// context ends.
+type waitingAuth struct{}
+
+func (waitingAuth) AuthenticateRequest(*http.Request) (user.Info, bool, string, error) {
+	return &user.DefaultInfo{Name: "someone"}, true, "", nil
+}
+
+func (waitingAuth) Authorize(ctx context.Context, _ user.Info, _ apiauth.Access) (bool, string, error) {
+	<-ctx.Done()
+	return false, "", ctx.Err()
+}
+
+// TestAnAccessReviewEndsAtTheCallsDeadline: once the body names the lane, the wait for the
+// caller's access review is the call's, bounded by its deadline on the lane, and a deadline
+// that passes there is answered deadline_exceeded (504), not auth_unavailable.
+func TestAnAccessReviewEndsAtTheCallsDeadline(t *testing.T) {
+	l := testLane("quick", "embed", []int{128})
+	l.Deadline = 50 * time.Millisecond
+	s := New(Config{Node: "mac-1", Catalog: laneCatalog{l}, Runner: &fakeRunner{}, Clock: clocktesting.NewFakeClock(epoch), Auth: waitingAuth{}})
+	req := httptest.NewRequest(http.MethodPost, "/v1/embeddings", strings.NewReader(`{"model":"team/quick","input":"a text"}`))
+	req.Header.Set("Authorization", "Bearer t")
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	if rec.Code != http.StatusGatewayTimeout || !strings.Contains(rec.Body.String(), `"code":"deadline_exceeded"`) {
+		t.Fatalf("answered %d %s, want 504 deadline_exceeded", rec.Code, rec.Body)
+	}
+}
