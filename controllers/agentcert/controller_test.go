@@ -433,6 +433,18 @@ var _ = Describe("Agent serving certificates for names and addresses the rest of
 		}
 	})
 
+	It("should certify a lane's Service name to every node the lane is placed on: the controllers place it, not the nodes", func() {
+		a, b := macNode("192.0.2.49"), macNode("192.0.2.50")
+		for _, node := range []string{a, b} {
+			placeOn("gte-shared", node)
+		}
+		for node, ip := range map[string]string{a: "192.0.2.49", b: "192.0.2.50"} {
+			csr := reconcileUntilSettled(newController(), submit("synapse-node-"+node, request{cn: node, dns: []string{node, "gte-shared.default.svc"}, ips: []string{ip}}))
+			Expect(condition(csr, certificatesv1.CertificateApproved)).NotTo(BeNil(), "%s: %+v", node, csr.Status)
+			Expect(leaf(csr).DNSNames).To(Equal([]string{node, "gte-shared.default.svc"}))
+		}
+	})
+
 	DescribeTable("should deny an IP address the cluster does not publish for a Mac, as the address controller's AddressAllowed condition says",
 		func(address, why string) {
 			node := macNode(address)
