@@ -47,7 +47,9 @@ import (
 
 var seq int
 
-// macNode registers a MacNode that reports addresses.
+// macNode registers a MacNode that reports addresses. The controller certifies no address two
+// MacNodes report, and the suite's MacNodes stay: a spec whose request names an address gives
+// its node one no other spec's node reports.
 func macNode(addresses ...string) string {
 	GinkgoHelper()
 	seq++
@@ -272,8 +274,8 @@ var _ = Describe("Agent serving certificates", func() {
 	})
 
 	It("should approve and sign a request in one pass, so a fleet's burst of requests waits in the queue once", func() {
-		node := macNode("192.0.2.13")
-		name := submit("synapse-node-"+node, request{cn: node, dns: []string{node}, ips: []string{"192.0.2.13"}})
+		node := macNode("192.0.2.18")
+		name := submit("synapse-node-"+node, request{cn: node, dns: []string{node}, ips: []string{"192.0.2.18"}})
 		_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
 		Expect(err).NotTo(HaveOccurred())
 		csr := &certificatesv1.CertificateSigningRequest{}
@@ -284,7 +286,7 @@ var _ = Describe("Agent serving certificates", func() {
 
 	It("should sign with a CA replaced in its Secret once CARecheck has passed, not before", func() {
 		c := newController()
-		node := macNode("192.0.2.14")
+		node := macNode("192.0.2.19")
 		before := leaf(reconcileUntilSettled(c, submit("synapse-node-"+node, request{cn: node, dns: []string{node}})))
 		s := &corev1.Secret{}
 		Expect(kube.Get(ctx, client.ObjectKey{Namespace: caNamespace, Name: agentcert.CASecret}, s)).To(Succeed())
