@@ -48,7 +48,8 @@ type Options struct {
 	// NodeEvictionRate is how many lost nodes a second may be evicted; UnhealthyThreshold the
 	// share of unreachable nodes from which evictions stop.
 	NodeEvictionRate, UnhealthyThreshold float64
-	// Addresses says which node addresses the lanes' EndpointSlices may list.
+	// Addresses says which node addresses the lanes' EndpointSlices may list, and so which
+	// ones an agent's serving certificate may name.
 	Addresses endpoints.AddressPolicy
 	// Namespace is the controller's own, where the fleet CA's Secret is kept; Reader reads it
 	// past the cache. Without a Namespace no agent serving certificate is issued.
@@ -74,7 +75,7 @@ func NewControllers(clk clock.Clock, kube client.Client, recorder events.EventRe
 			WithEvictionRate(opts.NodeEvictionRate).WithUnhealthyThreshold(opts.UnhealthyThreshold),
 	}
 	if opts.Namespace != "" {
-		cs = append(cs, agentcert.NewController(clk, kube, opts.Reader, opts.Namespace))
+		cs = append(cs, agentcert.NewController(clk, kube, opts.Reader, opts.Namespace, opts.Addresses))
 	}
 	return cs
 }

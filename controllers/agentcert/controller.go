@@ -72,6 +72,7 @@ type Controller struct {
 	kube      client.Client
 	reader    client.Reader
 	namespace string
+	policy    endpoints.AddressPolicy
 
 	mu sync.Mutex
 	// ca is the CA last read from its Secret, at caRead; requests are signed with it for
@@ -105,9 +106,12 @@ func (c *Controller) signingCA(ctx context.Context) (*CA, error) {
 
 // NewController returns the controller; the CA's Secret (in namespace) and the requesters'
 // MacNodes and placements are read uncached, by reader. A request may name the Services of the
-// lanes placed on its node (LaneServiceDNSName).
-func NewController(clk clock.PassiveClock, kube client.Client, reader client.Reader, namespace string) *Controller {
-	return &Controller{clk: clk, kube: kube, reader: reader, namespace: namespace}
+// lanes placed on its node (LaneServiceDNSName). kube reads from the manager's cache, with the
+// controllers' field indexes (controllers.IndexFields): the other MacNodes that report a
+// requested address are listed by one. An IP address is certified only where policy lets the
+// lanes' EndpointSlices list it.
+func NewController(clk clock.PassiveClock, kube client.Client, reader client.Reader, namespace string, policy endpoints.AddressPolicy) *Controller {
+	return &Controller{clk: clk, kube: kube, reader: reader, namespace: namespace, policy: policy}
 }
 
 // Name of the controller.
@@ -166,6 +170,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	parsed, left, verdict := Judge(csr, node, services)
+	if verdict == nil {
+		var err error
+		if verdict, err = c.contested(ctx, node, parsed, services); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	if !hasCondition(csr, certificatesv1.CertificateApproved) {
 		cond := certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
 			Reason: ReasonApproved, Message: "the node's own identity asks for its own names and addresses", LastUpdateTime: metav1.NewTime(c.clk.Now())}

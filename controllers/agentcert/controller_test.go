@@ -27,12 +27,14 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,22 +42,53 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/agentcert"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 )
 
 var seq int
 
-// macNode registers a MacNode that reports addresses.
+// macNode registers a MacNode that reports addresses. The controller certifies no address two
+// MacNodes report, and the suite's MacNodes stay: a spec whose request names an address gives
+// its node one no other spec's node reports.
 func macNode(addresses ...string) string {
 	GinkgoHelper()
 	seq++
 	name := fmt.Sprintf("mac-%d", seq)
-	n := &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	Expect(kube.Create(ctx, n)).To(Succeed())
+	Expect(kube.Create(ctx, &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+	var as []v1.NodeAddress
 	for _, a := range addresses {
-		n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: "InternalIP", Address: a})
+		as = append(as, v1.NodeAddress{Type: "InternalIP", Address: a})
 	}
-	Expect(kube.Status().Update(ctx, n)).To(Succeed())
+	report(name, as...)
 	return name
+}
+
+// report makes node report addresses, as its agent does, and waits until the controller's
+// cache shows it: the other MacNodes' addresses are judged from there.
+func report(node string, addresses ...v1.NodeAddress) {
+	GinkgoHelper()
+	n := &v1.MacNode{}
+	Expect(kube.Get(ctx, client.ObjectKey{Name: node}, n)).To(Succeed())
+	n.Status.Addresses = addresses
+	Expect(kube.Status().Update(ctx, n)).To(Succeed())
+	Eventually(func(g Gomega) {
+		got := &v1.MacNode{}
+		g.Expect(cached.Get(ctx, client.ObjectKey{Name: node}, got)).To(Succeed())
+		g.Expect(got.ResourceVersion).To(Equal(n.ResourceVersion))
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+}
+
+func internalIP(a string) v1.NodeAddress { return v1.NodeAddress{Type: "InternalIP", Address: a} }
+func hostname(a string) v1.NodeAddress   { return v1.NodeAddress{Type: "Hostname", Address: a} }
+
+// denied is the request's Denied condition's message, failing if it is not denied, or issued.
+func denied(csr *certificatesv1.CertificateSigningRequest) string {
+	GinkgoHelper()
+	d := condition(csr, certificatesv1.CertificateDenied)
+	Expect(d).NotTo(BeNil(), "not denied: %+v", csr.Status)
+	Expect(d.Reason).To(Equal(agentcert.ReasonDenied))
+	Expect(csr.Status.Certificate).To(BeEmpty())
+	return d.Message
 }
 
 // placeOn places a lane of namespace default on node; it returns the placement.
@@ -241,8 +274,8 @@ var _ = Describe("Agent serving certificates", func() {
 	})
 
 	It("should approve and sign a request in one pass, so a fleet's burst of requests waits in the queue once", func() {
-		node := macNode("192.0.2.13")
-		name := submit("synapse-node-"+node, request{cn: node, dns: []string{node}, ips: []string{"192.0.2.13"}})
+		node := macNode("192.0.2.18")
+		name := submit("synapse-node-"+node, request{cn: node, dns: []string{node}, ips: []string{"192.0.2.18"}})
 		_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
 		Expect(err).NotTo(HaveOccurred())
 		csr := &certificatesv1.CertificateSigningRequest{}
@@ -253,7 +286,7 @@ var _ = Describe("Agent serving certificates", func() {
 
 	It("should sign with a CA replaced in its Secret once CARecheck has passed, not before", func() {
 		c := newController()
-		node := macNode("192.0.2.14")
+		node := macNode("192.0.2.19")
 		before := leaf(reconcileUntilSettled(c, submit("synapse-node-"+node, request{cn: node, dns: []string{node}})))
 		s := &corev1.Secret{}
 		Expect(kube.Get(ctx, client.ObjectKey{Namespace: caNamespace, Name: agentcert.CASecret}, s)).To(Succeed())
@@ -309,6 +342,12 @@ var _ = Describe("Agent serving certificates", func() {
 			func(n string) request { return request{cn: n, dns: []string{n}} }, "is not a node identity"),
 		Entry("for an address the node does not report", func(n string) string { return "synapse-node-" + n },
 			func(n string) request { return request{cn: n, dns: []string{n}, ips: []string{"10.0.0.1"}} }, "IP address 10.0.0.1 is not one"),
+		Entry("for its own name in capitals, which a client takes for its own", func(n string) string { return "synapse-node-" + n },
+			func(n string) request { return request{cn: n, dns: []string{strings.ToUpper(n)}} }, "is not a host name in lower case"),
+		Entry("for a wildcard", func(n string) string { return "synapse-node-" + n },
+			func(n string) request { return request{cn: n, dns: []string{n, "*.example"}} }, "DNS name *.example is not a host name in lower case without a trailing dot or a wildcard"),
+		Entry("for an IP address written as a DNS name", func(n string) string { return "synapse-node-" + n },
+			func(n string) request { return request{cn: n, dns: []string{"192.0.2.20"}} }, "an IP address is asked for as one"),
 		Entry("for another DNS name", func(n string) string { return "synapse-node-" + n },
 			func(n string) request { return request{cn: n, dns: []string{"api.example.com"}} }, "DNS name api.example.com"),
 		Entry("for nothing but a Service name it may not hold", func(n string) string { return "synapse-node-" + n },
@@ -339,4 +378,95 @@ var _ = Describe("Agent serving certificates", func() {
 		Expect(got.Status.Conditions).To(BeEmpty())
 		Expect(got.Status.Certificate).To(BeEmpty())
 	})
+})
+
+var _ = Describe("Agent serving certificates for names and addresses the rest of the fleet holds", func() {
+	It("should deny a node an IP address another MacNode reports, naming that MacNode", func() {
+		owner := macNode("192.0.2.41")
+		thief := macNode("192.0.2.42")
+		report(thief, internalIP("192.0.2.42"), internalIP("192.0.2.41"))
+		csr := reconcileUntilSettled(newController(), submit("synapse-node-"+thief, request{cn: thief, dns: []string{thief}, ips: []string{"192.0.2.42", "192.0.2.41"}}))
+		Expect(denied(csr)).To(Equal("IP address 192.0.2.41 is also reported by MacNode " + owner +
+			": no node is certified for an address or host name another reports, until only one reports it"))
+		// The same address, written as an IPv4-mapped IPv6 address, is the same to a client.
+		report(thief, internalIP("192.0.2.42"), internalIP("::ffff:192.0.2.41"))
+		csr = reconcileUntilSettled(newController(), submit("synapse-node-"+thief, request{cn: thief, dns: []string{thief}, ips: []string{"::ffff:192.0.2.41"}}))
+		Expect(denied(csr)).To(ContainSubstring("IP address 192.0.2.41 is also reported by MacNode " + owner))
+	})
+
+	It("should deny a node another MacNode's name, and leave that MacNode its own name", func() {
+		owner := macNode("192.0.2.43")
+		thief := macNode("192.0.2.44")
+		report(thief, internalIP("192.0.2.44"), hostname(owner))
+		csr := reconcileUntilSettled(newController(), submit("synapse-node-"+thief, request{cn: thief, dns: []string{thief, owner}}))
+		Expect(denied(csr)).To(Equal("DNS name " + owner + " is MacNode " + owner + "'s own name, which only that node is certified for"))
+		// Its own name is the owner's whoever else reports it.
+		csr = reconcileUntilSettled(newController(), submit("synapse-node-"+owner, request{cn: owner, dns: []string{owner}, ips: []string{"192.0.2.43"}}))
+		Expect(condition(csr, certificatesv1.CertificateApproved)).NotTo(BeNil(), "%+v", csr.Status)
+		Expect(leaf(csr).DNSNames).To(Equal([]string{owner}))
+	})
+
+	It("should deny a node a host name another MacNode reports, however it is spelt", func() {
+		owner := macNode("192.0.2.45")
+		report(owner, internalIP("192.0.2.45"), hostname("Studio-7.Example."))
+		thief := macNode("192.0.2.46")
+		report(thief, internalIP("192.0.2.46"), hostname("studio-7.example"))
+		csr := reconcileUntilSettled(newController(), submit("synapse-node-"+thief, request{cn: thief, dns: []string{thief, "studio-7.example"}}))
+		Expect(denied(csr)).To(Equal("DNS name studio-7.example is also reported by MacNode " + owner +
+			": no node is certified for an address or host name another reports, until only one reports it"))
+	})
+
+	It("should deny both nodes an IP address both report, until one stops reporting it", func() {
+		a, b := macNode("192.0.2.47"), macNode("192.0.2.47")
+		for node, other := range map[string]string{a: b, b: a} {
+			csr := reconcileUntilSettled(newController(), submit("synapse-node-"+node, request{cn: node, dns: []string{node}, ips: []string{"192.0.2.47"}}))
+			Expect(denied(csr)).To(HavePrefix("IP address 192.0.2.47 is also reported by MacNode "+other+":"), node)
+		}
+		// The names only the node can have are still its own.
+		csr := reconcileUntilSettled(newController(), submit("synapse-node-"+a, request{cn: a, dns: []string{a}}))
+		Expect(condition(csr, certificatesv1.CertificateApproved)).NotTo(BeNil(), "%+v", csr.Status)
+
+		report(a, internalIP("192.0.2.48"))
+		for node, ip := range map[string]string{a: "192.0.2.48", b: "192.0.2.47"} {
+			csr := reconcileUntilSettled(newController(), submit("synapse-node-"+node, request{cn: node, dns: []string{node}, ips: []string{ip}}))
+			Expect(condition(csr, certificatesv1.CertificateApproved)).NotTo(BeNil(), "%s: %+v", node, csr.Status)
+			Expect(leaf(csr).IPAddresses).To(HaveLen(1))
+			Expect(leaf(csr).IPAddresses[0].String()).To(Equal(ip))
+		}
+	})
+
+	It("should certify a lane's Service name to every node the lane is placed on: the controllers place it, not the nodes", func() {
+		a, b := macNode("192.0.2.49"), macNode("192.0.2.50")
+		for _, node := range []string{a, b} {
+			placeOn("gte-shared", node)
+		}
+		for node, ip := range map[string]string{a: "192.0.2.49", b: "192.0.2.50"} {
+			csr := reconcileUntilSettled(newController(), submit("synapse-node-"+node, request{cn: node, dns: []string{node, "gte-shared.default.svc"}, ips: []string{ip}}))
+			Expect(condition(csr, certificatesv1.CertificateApproved)).NotTo(BeNil(), "%s: %+v", node, csr.Status)
+			Expect(leaf(csr).DNSNames).To(Equal([]string{node, "gte-shared.default.svc"}))
+		}
+	})
+
+	DescribeTable("should deny an IP address the cluster does not publish for a Mac, as the address controller's AddressAllowed condition says",
+		func(address, why string) {
+			node := macNode(address)
+			csr := reconcileUntilSettled(newController(), submit("synapse-node-"+node, request{cn: node, dns: []string{node}, ips: []string{address}}))
+			msg := denied(csr)
+			Expect(msg).To(HavePrefix("IP address " + address + " is not one the controller publishes for a Mac, so it is not certified: "))
+			Expect(msg).To(ContainSubstring(why))
+
+			// The address controller, under the same policy, refuses it for the same reason.
+			_, err := endpoints.NewAddressController(clk, kube, policy).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: node}})
+			Expect(err).NotTo(HaveOccurred())
+			n := &v1.MacNode{}
+			Expect(kube.Get(ctx, client.ObjectKey{Name: node}, n)).To(Succeed())
+			allowed := meta.FindStatusCondition(n.Status.Conditions, v1.NodeConditionAddressAllowed)
+			Expect(allowed).NotTo(BeNil())
+			Expect(allowed.Status).To(Equal(metav1.ConditionFalse))
+			Expect(allowed.Message).To(ContainSubstring(strings.TrimPrefix(msg, "IP address "+address+" is not one the controller publishes for a Mac, so it is not certified: ")))
+		},
+		Entry("outside the allowed CIDRs", "198.51.100.7", "it is outside the allowed CIDRs 192.0.2.0/24"),
+		Entry("inside a range the operator denies", "192.0.2.250", "it is inside 192.0.2.240/28"),
+		Entry("a loopback address", "127.0.0.1", "a loopback"),
+	)
 })

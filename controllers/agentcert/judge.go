@@ -58,7 +58,9 @@ var allowedUsages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignatu
 // Judge says why the CSR may not be approved for node (nil: it may): its requester must be the
 // node's own identity, its subject the node, its names the node's name, host names it reports
 // or lanes' Service names (<lane>.<namespace>.svc), its addresses the node's reported
-// addresses, its usages those of a TLS server, its key one of today's. Of the Service names,
+// addresses, its usages those of a TLS server, its key one of today's. What the node reports
+// is its own word; whether the rest of the fleet lets it hold those names and addresses is
+// Controller.contested's to say. Of the Service names,
 // only those of lanes placed on the node that hold their name (services) are certified; the
 // others are left out of the returned request, which is what is signed, and listed in left:
 // one lane's name that cannot be certified (its placement just went, another Service holds its
@@ -90,6 +92,12 @@ func Judge(csr *certificatesv1.CertificateSigningRequest, node *v1.MacNode, serv
 	}
 	var kept []string
 	for _, dns := range req.DNSNames {
+		// A client compares names in lower case, without a trailing dot, and takes a wildcard
+		// for any name under it (golang/go, src/crypto/x509/verify.go, matchHostnames): a name
+		// written otherwise would be certified as one the checks below never saw.
+		if dns != strings.TrimSuffix(strings.ToLower(dns), ".") || strings.Contains(dns, "*") || net.ParseIP(dns) != nil {
+			return nil, nil, fmt.Errorf("DNS name %s is not a host name in lower case without a trailing dot or a wildcard (an IP address is asked for as one)", dns)
+		}
 		// A Service's name only through a lane placed on the node: never through a host name
 		// the node reports (its own words), and never in any other form.
 		switch {

@@ -18,11 +18,13 @@ package agentcert_test
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,7 +32,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ck-synapse/synapse-fleet/controllers"
 	"github.com/ck-synapse/synapse-fleet/controllers/agentcert"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
 
@@ -39,9 +43,17 @@ const caNamespace = "synapse-system"
 var (
 	ctx  = context.Background()
 	kube client.Client
-	env  *testenv.Env
-	clk  = clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	_    = testenv.Suite(func(e *testenv.Env) {
+	// cached reads as the manager's client does, from a cache with the controllers' field
+	// indexes; the requests and the trust bundle it reads from the API server, as the specs
+	// judge a request at once.
+	cached client.Client
+	// policy is the address policy the controller certifies IP addresses by: the Macs are in
+	// 192.0.2.0/24, whose top sixteen addresses the operator refuses.
+	policy = endpoints.AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")},
+		Denied: []netip.Prefix{netip.MustParsePrefix("192.0.2.240/28")}}
+	env *testenv.Env
+	clk = clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	_   = testenv.Suite(func(e *testenv.Env) {
 		env, kube = e, e.Client
 		for _, ns := range []string{caNamespace, "synapse-nodes"} {
 			Expect(kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
@@ -56,10 +68,18 @@ var (
 	})
 )
 
+var _ = BeforeEach(func() {
+	ctx, cancel := context.WithCancel(ctx)
+	DeferCleanup(cancel)
+	var err error
+	cached, err = env.CachedClient(ctx, controllers.IndexFields, &certificatesv1.CertificateSigningRequest{}, &certificatesv1.ClusterTrustBundle{})
+	Expect(err).NotTo(HaveOccurred())
+})
+
 func TestAgentCert(t *testing.T) { testenv.RunSpecs(t, "Agent serving certificates") }
 
 func newController() *agentcert.Controller {
-	return agentcert.NewController(clk, kube, kube, caNamespace)
+	return agentcert.NewController(clk, cached, kube, caNamespace, policy)
 }
 
 // identity is a ServiceAccount of synapse-nodes named sa, as a client-go clientset.

@@ -81,7 +81,7 @@ func requestsOf(node string) []certificatesv1.CertificateSigningRequest {
 var _ = Describe("An agent's serving certificate", func() {
 	It("should be issued by the fleet's signer for the node's name and address, and chain to the published bundle", func() {
 		name, identity := node("192.0.2.10")
-		ctl := agentcert.NewController(clock.RealClock{}, admin, admin, "default")
+		ctl := newController()
 		judge(func(csr *certificatesv1.CertificateSigningRequest) {
 			defer GinkgoRecover()
 			_, err := ctl.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(csr)})
@@ -111,15 +111,15 @@ var _ = Describe("An agent's serving certificate", func() {
 	})
 
 	It("should name the Services of the lanes placed on the node in a new certificate at once, and not those of lanes placed elsewhere", func() {
-		name, identity := node("192.0.2.13")
-		ctl := agentcert.NewController(clock.RealClock{}, admin, admin, "default")
+		name, identity := node("192.0.2.15")
+		ctl := newController()
 		judge(func(csr *certificatesv1.CertificateSigningRequest) {
 			defer GinkgoRecover()
 			_, err := ctl.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(csr)})
 			Expect(err).NotTo(HaveOccurred())
 		})
 		issued := make(chan struct{}, 8)
-		s := obtain(servingcert.Config{Node: name, Addresses: []string{"192.0.2.13"}, Client: identity})
+		s := obtain(servingcert.Config{Node: name, Addresses: []string{"192.0.2.15"}, Client: identity})
 		s.OnIssued(func() { issued <- struct{}{} })
 		search := types.NamespacedName{Namespace: "default", Name: "gte-search"}
 		Expect(s.NamesLane(search)).To(BeFalse())

@@ -26,6 +26,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -36,10 +37,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers"
 	"github.com/ck-synapse/synapse-fleet/controllers/agentcert"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/node-agent/servingcert"
 	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
@@ -62,10 +66,25 @@ var (
 
 func TestServingCert(t *testing.T) { testenv.RunSpecs(t, "Agent serving certificates") }
 
+// newController is the fleet's approver and signer, as synapse-controller runs it: reading from
+// a cache with the controllers' field indexes (but the requests, which the suite's signers
+// judge as soon as they are made), and certifying the Macs' addresses, in 192.0.2.0/24.
+func newController() *agentcert.Controller {
+	GinkgoHelper()
+	ctx, cancel := context.WithCancel(ctx)
+	DeferCleanup(cancel)
+	cached, err := env.CachedClient(ctx, controllers.IndexFields, &certificatesv1.CertificateSigningRequest{}, &certificatesv1.ClusterTrustBundle{})
+	Expect(err).NotTo(HaveOccurred())
+	return agentcert.NewController(clock.RealClock{}, cached, admin, "default",
+		endpoints.AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}})
+}
+
 var seq int
 
 // node registers a MacNode reporting address, and returns its name and its identity: the
 // ServiceAccount synapse-nodes/synapse-node-<node>, as `synapse-agent join` creates it.
+// The controller certifies no address two MacNodes report: a spec whose node's request it
+// judges gives it an address of its own.
 func node(address string) (string, kubernetes.Interface) {
 	GinkgoHelper()
 	seq++

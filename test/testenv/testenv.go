@@ -20,6 +20,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,6 +43,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/kube-openapi/pkg/spec3"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -119,6 +121,30 @@ func (e *Env) ServiceAccountConfig(ctx context.Context, namespace, name string) 
 	cfg := rest.AnonymousClientConfig(e.Config)
 	cfg.BearerToken = tr.Status.Token
 	return cfg, nil
+}
+
+// CachedClient is a client that reads as a manager's does: from an informer cache, with the
+// field indexes index registers, but the kinds of uncached, which it reads from the API
+// server. The cache runs until ctx ends.
+func (e *Env) CachedClient(ctx context.Context, index func(context.Context, client.FieldIndexer) error, uncached ...client.Object) (client.Client, error) {
+	c, err := cache.New(e.Config, cache.Options{Scheme: e.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	if err := index(ctx, c); err != nil {
+		return nil, err
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		select {
+		case err := <-stopped:
+			return nil, fmt.Errorf("the cache did not start: %w", err)
+		default:
+			return nil, errors.New("the cache did not sync before the context ended")
+		}
+	}
+	return client.New(e.Config, client.Options{Scheme: e.Scheme, Cache: &client.CacheOptions{Reader: c, DisableFor: uncached}})
 }
 
 // Stop stops the control plane.

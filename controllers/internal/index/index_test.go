@@ -47,6 +47,8 @@ func typeName(obj client.Object) string {
 		return "LanePlacement"
 	case *v1.CatalogLane:
 		return "CatalogLane"
+	case *v1.MacNode:
+		return "MacNode"
 	}
 	return "?"
 }
@@ -89,8 +91,35 @@ func TestEveryIndexIsItsKindsSelectableField(t *testing.T) {
 			t.Errorf("%s is not a selectableField of %s", field, want.crd)
 		}
 	}
-	if len(r) != 3 {
+	// The three above and FieldNodeAddress, a list no selectableField can name.
+	if len(r) != 4 {
 		t.Errorf("%d indexes registered: %v", len(r), keys(r))
+	}
+}
+
+// The address index keys each address as a client verifying a certificate compares it: two
+// spellings of one address or host name are one key, and a node reporting one twice is listed
+// once.
+func TestNodeAddressIndexKeysWhatAClientCannotTellApart(t *testing.T) {
+	r := recorder{}
+	if err := index.Register(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	f := r["MacNode/"+index.FieldNodeAddress]
+	if f == nil {
+		t.Fatalf("no index MacNode/%s (registered: %v)", index.FieldNodeAddress, keys(r))
+	}
+	n := &v1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: "mac-a"}}
+	n.Status.Addresses = []v1.NodeAddress{{Type: "InternalIP", Address: "192.0.2.7"}, {Type: "ExternalIP", Address: "::ffff:192.0.2.7"},
+		{Type: "Hostname", Address: "Mac-A.Example."}, {Type: "InternalDNS", Address: "mac-a.example"}, {Type: "InternalIP", Address: "2001:DB8::1"}}
+	want := []string{"192.0.2.7", "mac-a.example", "2001:db8::1"}
+	if got := f(n); !slices.Equal(got, want) {
+		t.Errorf("index reads %v, want %v", got, want)
+	}
+	for _, a := range n.Status.Addresses {
+		if k := index.AddressKey(a.Address); !slices.Contains(want, k) {
+			t.Errorf("AddressKey(%q) = %q, not one of the index's keys %v", a.Address, k, want)
+		}
 	}
 }
 
