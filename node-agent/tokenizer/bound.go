@@ -36,21 +36,23 @@ import (
 //     each rune of the text (at most 4 bytes) becomes at least one rune (at least 1 byte), so
 //     these, and Prepend, never shrink a text to less than a quarter of its bytes;
 //   - BertNormalizer, Strip, StripAccents, Replace, Nmt and Precompiled can delete text, and so
-//     can the Whitespace, WhitespaceSplit, BertPreTokenizer and CharDelimiterSplit
-//     pre-tokenizers and a Split or Punctuation that removes its delimiters
-//     (pretokenizer/*.go): those tokenizers have no bound;
+//     can the Whitespace, WhitespaceSplit, BertPreTokenizer, CharDelimiterSplit and
+//     UnicodeScripts pre-tokenizers (UnicodeScript.PreTokenize drops what comes before the first
+//     character with a script, spaces included), a Metaspace without a replacement and a Split
+//     or Punctuation that removes its delimiters (pretokenizer/*.go): those tokenizers have no
+//     bound;
 //   - ByteLevel maps each byte to one character of its alphabet (pretokenizer/bytelevel.go,
 //     BytesChar), so behind it a token covers as many bytes as it has runes;
 //   - BPE builds a token from single characters and merges (model/bpe/bpe.go, MergeWord): one
 //     token is a character, the unknown token standing for one character (the library does not
-//     fuse unknown characters), or a merge's result, never longer than its two parts (with
+//     fuse unknown characters, but a merge may join unknown tokens like any others, so each
+//     counts as a character's bytes), or a merge's result, never longer than its two parts (with
 //     ignore_merges, any vocabulary entry); WordPiece answers a word of any length with one
 //     unknown token, and Unigram and WordLevel likewise, so they have no bound;
 //   - an added token is matched in the text (added-vocabulary.go) and covers its content, or
 //     that and any whitespace around it when it strips (lstrip, rstrip): no bound then; one
 //     matched in the normalized text may come from other bytes of the original: no bound
-//     when there is a normalizer. The library drops the added tokens it matches (see
-//     addedTokens), so their bytes are not counted.
+//     when there is a normalizer. Otherwise an occurrence is one token (see pastBound).
 
 // bytesPerToken is the most bytes of the original text one token of the tokenizer.json doc can
 // cover, or 0 and why there is no such bound.
@@ -73,12 +75,30 @@ func bytesPerToken(doc map[string]any) (int, string) {
 	if t := modelType(doc); t != "BPE" {
 		return 0, fmt.Sprintf("a %v model can answer a word of any length with one token", t)
 	}
-	// size is how many bytes of normalized text a token string stands for.
-	size := func(s string) int {
+	// literal is how many bytes of normalized text a token string stands for, character by
+	// character: behind ByteLevel one a character, otherwise one a byte.
+	literal := func(s string) int {
 		if byteLevel {
 			return utf8.RuneCountInString(s)
 		}
 		return len(s)
+	}
+	// size is literal, except that the unknown token stands for one character of the text,
+	// up to 4 bytes (1 behind ByteLevel), whatever its own length: a token merged from unknown
+	// tokens (a merge "? ?" with unk_token "?") covers that many bytes for each of them. Each
+	// occurrence of the unknown token's string counts as the larger of the two readings.
+	unk, _ := model["unk_token"].(string)
+	size := literal
+	if unk != "" {
+		perChar := utf8.UTFMax
+		if byteLevel {
+			perChar = 1
+		}
+		perUnk := max(literal(unk), perChar)
+		size = func(s string) int {
+			n := strings.Count(s, unk)
+			return literal(strings.ReplaceAll(s, unk, "")) + n*perUnk
+		}
 	}
 	longest := utf8.UTFMax // a single character, or the unknown token standing for one
 	merges, _ := model["merges"].([]any)
@@ -159,7 +179,14 @@ func keepingPreTokenizer(cfg map[string]any) (byteLevel bool, why string) {
 	switch t := cfg["type"]; t {
 	case "ByteLevel":
 		return true, ""
-	case "Metaspace", "Digits", "UnicodeScripts":
+	case "Digits":
+		return false, ""
+	case "Metaspace":
+		// The library reads a missing replacement as "" (pretrained/pretokenizer.go,
+		// createMetaspacePreTokenizer), and replacing whitespace with "" deletes it.
+		if r, _ := cfg["replacement"].(string); r == "" {
+			return false, "a Metaspace pre-tokenizer without a replacement deletes whitespace"
+		}
 		return false, ""
 	case "Split", "Punctuation":
 		if cfg["behavior"] == "Removed" {
@@ -182,44 +209,126 @@ func keepingPreTokenizer(cfg map[string]any) (byteLevel bool, why string) {
 	}
 }
 
-// addedTokens are the contents of doc's added tokens by their first byte. The library drops
-// an added token it finds in a text (a text of N of them encodes to the post-processor's
-// tokens alone), so the bytes they may cover are not counted against the bound.
-func addedTokens(doc map[string]any) *[256][]string {
-	out := new([256][]string)
+// addedToken is one added token as the scan sees it: its content and what an occurrence of it
+// costs against the byte budget (see pastBound).
+type addedToken struct {
+	content string
+	cost    int
+}
+
+// addedTokens are doc's added tokens by the pass that matches them (0: those matched in the
+// text as it is, 1: those matched in what is left of it, normalized; see pastBound) and their
+// first byte, and the longest content of the second pass.
+type addedTokens struct {
+	byFirst       [2][256][]addedToken
+	longestSecond int
+	// costsMoreThanItsBytes: some added token counts for more bytes than it has.
+	costsMoreThanItsBytes bool
+}
+
+// newAddedTokens lists doc's added tokens for pastBound. An occurrence counts as one token,
+// perToken bytes of the budget; one that must stand alone as a word (single_word) counts as
+// the fewer of that and its own bytes, since HuggingFace's tokenizers leave it to the model,
+// as text, where it touches a word.
+func newAddedTokens(doc map[string]any, perToken int) *addedTokens {
+	out := new(addedTokens)
 	added, _ := doc["added_tokens"].([]any)
 	for _, a := range added {
 		at, _ := a.(map[string]any)
-		if c, _ := at["content"].(string); c != "" {
-			out[c[0]] = append(out[c[0]], c)
+		c, _ := at["content"].(string)
+		if c == "" {
+			continue
 		}
+		cost := perToken
+		if single, _ := at["single_word"].(bool); single {
+			cost = min(cost, len(c))
+		}
+		out.costsMoreThanItsBytes = out.costsMoreThanItsBytes || cost > len(c)
+		pass := 0
+		if n, _ := at["normalized"].(bool); n {
+			pass = 1
+			out.longestSecond = max(out.longestSecond, len(c))
+		}
+		out.byFirst[pass][c[0]] = append(out.byFirst[pass][c[0]], addedToken{content: c, cost: cost})
 	}
 	return out
 }
 
-// checkBytesEvery is how many bytes pastBound reads between two looks at its context.
+// longestAt is the length and cost of the longest added token of the pass that text begins
+// with, or 0.
+func (a *addedTokens) longestAt(pass int, text string) (n, cost int) {
+	if text == "" {
+		return 0, 0
+	}
+	for _, t := range a.byFirst[pass][text[0]] {
+		if len(t.content) > n && strings.HasPrefix(text, t.content) {
+			n, cost = len(t.content), t.cost
+		}
+	}
+	return n, cost
+}
+
+// checkBytesEvery is how many steps pastBound takes between two looks at its context.
 const checkBytesEvery = 1 << 16
 
-// pastBound reports whether text has more than limit bytes outside every occurrence of an
-// added token: a lower bound on the bytes the model must cover, whichever occurrences the
-// library matches. It stops at the limit's next byte, or with ctx's error.
-func pastBound(ctx context.Context, text string, limit int, added *[256][]string) (bool, error) {
-	kept, covered := 0, 0
-	for i := 0; i < len(text); i++ {
-		if i%checkBytesEvery == checkBytesEvery-1 {
+// pastBound reports whether text certainly has more than limit/p tokens, p being the most bytes
+// a token covers and limit MaxBytes's answer, a whole number of tokens' bytes: whether the bytes
+// the model must cover, plus p for each added token found, exceed limit. That is exact: with o
+// such bytes and k added tokens the text has at least ceil(o/p) + k tokens, which exceeds the
+// budget limit/p exactly when o + k*p exceeds limit.
+//
+// Added tokens are found as HuggingFace's tokenizers find them (huggingface/tokenizers,
+// tokenizers/src/tokenizer/added_vocabulary.rs, extract_and_normalize and find_matches): the
+// non-normalized ones first, leftmost-longest and without overlap, then the normalized ones
+// likewise in the pieces between those (bytesPerToken gives no bound where a normalizer could
+// make the two texts differ). Each occurrence is a token there, so it counts as one here.
+// The library (github.com/sugarme/tokenizer v0.3.0, added-vocabulary.go) instead drops the
+// added tokens it finds, a defect of its own: counting them as nothing would let a text of
+// nothing but added tokens through at any size, and its findMatches re-sorts the remaining
+// matches once per match, under the tokenizer's lock, with no look at the caller's context.
+//
+// The scan allocates nothing and stops at the first byte past the limit, or with ctx's error.
+func pastBound(ctx context.Context, text string, limit int, added *addedTokens) (bool, error) {
+	// s0, e0 and c0 are the next first-pass match at or after i (s0 < 0: none found up to q,
+	// the first pass's cursor). The first pass is looked ahead of i only as far as a
+	// second-pass match from i could reach, so the scan's work follows i, which the limit bounds.
+	cost, steps := 0, 0
+	s0, e0, c0, q := -1, 0, 0, 0
+	for i := 0; i < len(text); {
+		for upTo := min(len(text), i+max(added.longestSecond, 1)); s0 < 0 && q < upTo; q++ {
+			if steps++; steps%checkBytesEvery == 0 {
+				if err := ctx.Err(); err != nil {
+					return false, err
+				}
+			}
+			if n, c := added.longestAt(0, text[q:]); n > 0 {
+				s0, e0, c0 = q, q+n, c
+				break
+			}
+		}
+		if steps++; steps%checkBytesEvery == 0 {
 			if err := ctx.Err(); err != nil {
 				return false, err
 			}
 		}
-		for _, a := range added[text[i]] {
-			if strings.HasPrefix(text[i:], a) {
-				covered = max(covered, i+len(a))
+		if s0 == i {
+			cost += c0
+			i, q, s0 = e0, e0, -1
+		} else {
+			end := len(text)
+			if s0 >= 0 {
+				end = s0 // a second-pass match does not cross a first-pass one
+			}
+			if n, c := added.longestAt(1, text[i:end]); n > 0 {
+				cost += c
+				i += n
+			} else {
+				cost++
+				i++
 			}
 		}
-		if i >= covered {
-			if kept++; kept > limit {
-				return true, nil
-			}
+		if cost > limit {
+			return true, nil
 		}
 	}
 	return false, nil

@@ -51,9 +51,9 @@ type HF struct {
 	// specials the tokens the post-processor adds to every text. See bound.go.
 	perToken, specials int
 	noBound            string
-	// added are the added tokens' contents by their first byte: the bytes they cover in a text
-	// are not counted against the bound (see addedTokens).
-	added *[256][]string
+	// added are the added tokens, each occurrence of which counts as one token against the
+	// bound (see pastBound).
+	added *addedTokens
 }
 
 type encodeState struct{ ctx context.Context }
@@ -114,7 +114,7 @@ func ParseHF(data []byte) (t *HF, err error) {
 	if pre != nil {
 		tk.WithPreTokenizer(pre)
 	}
-	t = &HF{tk: tk, sem: make(chan struct{}, 1), cur: st, perToken: perToken, noBound: noBound, added: addedTokens(doc)}
+	t = &HF{tk: tk, sem: make(chan struct{}, 1), cur: st, perToken: perToken, noBound: noBound, added: newAddedTokens(doc, perToken)}
 	if perToken > 0 {
 		// The empty text's tokens are exactly what the post-processor adds to every text.
 		if empty, err := t.Encode(""); err != nil {
@@ -126,9 +126,10 @@ func ParseHF(data []byte) (t *HF, err error) {
 	return t, nil
 }
 
-// MaxBytes is the size in bytes past which a text (not counting the added tokens it holds)
-// certainly has more than max tokens, so that it is refused without being encoded; false when
-// the tokenizer has no such bound (BoundReason says why), or max is not a bound.
+// MaxBytes is the size in bytes past which a text certainly has more than max tokens, so that
+// it is refused without being encoded, each added token it holds counting as BytesPerToken
+// bytes whatever its length (see pastBound); false when the tokenizer has no such bound
+// (BoundReason says why), or max is not a bound.
 func (t *HF) MaxBytes(max int) (int, bool) {
 	if t.perToken == 0 || max <= 0 {
 		return 0, false
@@ -149,12 +150,14 @@ func (t *HF) Encode(text string) ([]uint32, error) {
 }
 
 // EncodeContext implements Tokenizer: the ids of text with the tokenizer's special tokens (its
-// post-processor's template). A text with more than MaxBytes(max) bytes outside added tokens is
-// refused for its size before anything else (a scan that stops past the bound); otherwise the
-// library encodes it whole, and the bound on tokens is checked on its result. That scan, the
+// post-processor's template). A text past MaxBytes(max), its added tokens counted as one
+// token each, is refused for its size before anything else (a scan that stops past the
+// bound); otherwise the library encodes it whole, and the bound on tokens is checked on its result. That scan, the
 // wait for the tokenizer and each regexp2 match end with ctx.
 func (t *HF) EncodeContext(ctx context.Context, text string, max int) (ids []uint32, err error) {
-	if limit, ok := t.MaxBytes(max); ok && len(text) > limit {
+	// An added token shorter than a token's worth of bytes counts for more than its length,
+	// so a text within the limit's bytes may still be past it.
+	if limit, ok := t.MaxBytes(max); ok && (len(text) > limit || t.added.costsMoreThanItsBytes) {
 		past, err := pastBound(ctx, text, limit, t.added)
 		if err != nil {
 			return nil, err
