@@ -152,8 +152,8 @@ func (t *HF) Encode(text string) ([]uint32, error) {
 // EncodeContext implements Tokenizer: the ids of text with the tokenizer's special tokens (its
 // post-processor's template). A text past MaxBytes(max), its added tokens counted as one
 // token each, is refused for its size before anything else (a scan that stops past the
-// bound); otherwise the library encodes it whole, and the bound on tokens is checked on its result. That scan, the
-// wait for the tokenizer and each regexp2 match end with ctx.
+// bound); otherwise the library encodes it whole, and the bound on tokens is checked on its
+// result. That scan, the wait for the tokenizer and each regexp2 match end with ctx.
 func (t *HF) EncodeContext(ctx context.Context, text string, max int) (ids []uint32, err error) {
 	// An added token shorter than a token's worth of bytes counts for more than its length,
 	// so a text within the limit's bytes may still be past it.
