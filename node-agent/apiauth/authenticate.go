@@ -81,7 +81,7 @@ func (d *Delegating) AuthenticateRequest(r *http.Request) (u user.Info, ok bool,
 		d.metrics.authn.WithLabelValues("no_token").Inc()
 		return nil, false, "no bearer token", nil
 	}
-	v, err := d.authenticate(r.Context(), token)
+	v, err := d.authenticate(r.Context(), token, sourceOf(r))
 	if err != nil {
 		d.metrics.authn.WithLabelValues("error").Inc()
 		return nil, false, "", err
@@ -94,7 +94,7 @@ func (d *Delegating) AuthenticateRequest(r *http.Request) (u user.Info, ok bool,
 	return v.user, true, "", nil
 }
 
-func (d *Delegating) authenticate(ctx context.Context, token string) (tokenVerdict, error) {
+func (d *Delegating) authenticate(ctx context.Context, token, source string) (tokenVerdict, error) {
 	sum := sha256.Sum256([]byte(token))
 	known := false
 	if v, ok := d.tokens.accepted.Get(sum); ok {
@@ -110,13 +110,19 @@ func (d *Delegating) authenticate(ctx context.Context, token string) (tokenVerdi
 	// The review is made for every waiter, so it must not end with the first one's request.
 	res, err := wait(ctx, &d.tokens.flight, string(sum[:]), func() (any, error) {
 		// A token not known good may be one of a flood of made-up ones: it is reviewed only
-		// while the refusals' budget lasts, and in the share of the slots such tokens may hold.
-		if !known && !d.budget.open() {
-			d.metrics.reviews.WithLabelValues("none", "throttled").Inc()
-			return nil, ErrTooManyRefused
+		// while its source's refusals' budget lasts, and in the share of the slots such tokens
+		// may hold.
+		giveBack := func() {}
+		if !known {
+			var ok bool
+			if giveBack, ok = d.budgets.take(source); !ok {
+				d.metrics.reviews.WithLabelValues("none", "throttled").Inc()
+				return nil, ErrTooManyRefused
+			}
 		}
 		release, err := d.acquire(!known)
 		if err != nil {
+			giveBack() // not reviewed
 			return nil, err
 		}
 		defer release()
@@ -125,15 +131,14 @@ func (d *Delegating) authenticate(ctx context.Context, token string) (tokenVerdi
 		v, err := d.review(ctx, token)
 		d.metrics.reviewed("TokenReview", err)
 		if err != nil {
-			d.budget.charge()
 			return nil, err
 		}
 		if v.user == nil {
-			d.budget.charge()
 			d.tokens.accepted.Remove(sum)
 			d.tokens.refused.Add(sum, v, d.cfg.UnauthenticatedTTL)
 			return v, nil
 		}
+		giveBack() // accepted tokens cost the budget nothing
 		d.tokens.refused.Remove(sum)
 		d.tokens.accepted.Add(sum, acceptedToken{user: v.user, fresh: d.cfg.Clock.Now().Add(d.cfg.AuthenticatedTTL)}, d.cfg.KnownGoodTTL)
 		return v, nil

@@ -65,16 +65,15 @@ const (
 	// distinct tokens gets ErrBusy beyond it rather than a review each. Tokens not known good
 	// may hold only part of them (unknownSlots).
 	DefaultMaxReviews = 32
-	// DefaultRefusedReviewsPerSecond and DefaultRefusedReviewBurst are the refusals' budget: a
-	// token bucket that every TokenReview answered "not authenticated" (or failed) takes one
-	// from, and while it is empty a token not known good is answered ErrTooManyRefused, not
-	// reviewed. The reviews go through a client of client-go's default rate, 5 per second,
-	// burst 10 (k8s.io/client-go rest/config.go DefaultQPS, DefaultBurst), shared with the
-	// SubjectAccessReviews: refused tokens may spend 2 of the 5 and half the burst, so good
-	// callers keep 3 reviews a second whatever a flood sends, and the API server sees at most
-	// 2 reviews a second of made-up tokens from an agent. An honest node refuses far fewer: a
-	// refused token is kept 30 s, so 2 a second is 60 distinct bad tokens at once, more than a
-	// node's misconfigured clients present.
+	// DefaultRefusedReviewsPerSecond and DefaultRefusedReviewBurst are each source address's
+	// refusals' budget (refusalBudgets): a review of a token not known good takes one from its
+	// source's, given back if the token is accepted, and while it is spent the source's unknown
+	// tokens are answered ErrTooManyRefused, not reviewed. The reviews go through a client of
+	// client-go's default rate, 5 per second, burst 10 (k8s.io/client-go rest/config.go
+	// DefaultQPS, DefaultBurst), shared with the SubjectAccessReviews: one source's made-up
+	// tokens may spend 2 of the 5 and half the burst. An honest client is refused far fewer:
+	// a refused token is kept 30 s, so 2 a second is 60 distinct bad tokens at once. Sources
+	// many enough to spend the client's whole rate are held by the slots' share (unknownSlots).
 	DefaultRefusedReviewsPerSecond = 2
 	DefaultRefusedReviewBurst      = 5
 )
@@ -82,9 +81,10 @@ const (
 // ErrBusy: as many reviews as allowed are in flight; the caller answers 503 and retries.
 var ErrBusy = errors.New("too many reviews in flight")
 
-// ErrTooManyRefused: tokens were refused at the budget's rate lately, and a token not known
-// good is not reviewed until it refills; the caller answers 503 and retries. A token accepted
-// before is still reviewed, and one whose review is cached is still answered.
+// ErrTooManyRefused: the tokens of the request's source address were refused at the budget's
+// rate lately, and its tokens not known good are not reviewed until it refills; the caller
+// answers 503 and retries. A token accepted before is still reviewed, one whose review is
+// cached is still answered, and other sources' tokens are reviewed.
 var ErrTooManyRefused = errors.New("too many tokens refused lately to review an unknown one now")
 
 // Config configures a Delegating.
@@ -103,8 +103,8 @@ type Config struct {
 	ReviewTimeout                                                             time.Duration
 	// MaxReviews bounds the reviews in flight (DefaultMaxReviews if zero).
 	MaxReviews int
-	// RefusedReviewsPerSecond and RefusedReviewBurst are the refusals' budget (the defaults
-	// above if zero).
+	// RefusedReviewsPerSecond and RefusedReviewBurst are each source's refusals' budget (the
+	// defaults above if zero); CacheSize sources are kept.
 	RefusedReviewsPerSecond float64
 	RefusedReviewBurst      int
 	Clock                   clock.PassiveClock
@@ -120,7 +120,7 @@ type Delegating struct {
 	// slots holds one token per review in flight; unknown one per review of a token not known
 	// good, which holds a slot too.
 	slots, unknown chan struct{}
-	budget         *refusalBudget
+	budgets        *refusalBudgets
 }
 
 // New returns a Delegating for cfg.
@@ -152,7 +152,7 @@ func New(cfg Config) *Delegating {
 	}
 	d := &Delegating{cfg: cfg, metrics: newMetrics(), slots: make(chan struct{}, cfg.MaxReviews),
 		unknown: make(chan struct{}, unknownSlots(cfg.MaxReviews)),
-		budget:  newRefusalBudget(cfg.RefusedReviewsPerSecond, cfg.RefusedReviewBurst, cfg.Clock)}
+		budgets: newRefusalBudgets(cfg.RefusedReviewsPerSecond, cfg.RefusedReviewBurst, cfg.CacheSize, cfg.Clock)}
 	d.tokens = newTokenCache(cfg.CacheSize, cfg.Clock)
 	d.access = newAccessCache(cfg.CacheSize, cfg.Clock)
 	return d

@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,11 +162,60 @@ func TestTheRefusalsBudgetHoldsBackOnlyTokensNotKnownGood(t *testing.T) {
 		t.Fatalf("the known good token was reviewed %d times, want 2", n)
 	}
 
+	// Another source's tokens, new ones too, are reviewed while this one's budget is spent: a
+	// flood from one address locks no one else out (a client's rotated token is new).
+	if _, ok, _, err := auth.AuthenticateRequest(bearerFrom("new", "192.0.2.7:40000")); err != nil || !ok {
+		t.Fatalf("a new token from another source with the flood's budget spent: ok %v, err %v", ok, err)
+	}
+	if _, ok, _, err := auth.AuthenticateRequest(bearerFrom("bad-other", "192.0.2.7:40001")); err != nil || ok {
+		t.Fatalf("a bad token from another source: ok %v, err %v; want reviewed and refused", ok, err)
+	}
+
 	// The budget refills at its rate: one more unknown token may be reviewed after 1/rate.
 	clk.Step(time.Duration(float64(time.Second)/apiauth.DefaultRefusedReviewsPerSecond) - time.Millisecond)
-	throttled("new")
+	throttled("bad-later")
 	clk.Step(time.Millisecond)
-	mustAuthenticate(t, auth, "new", true)
+	mustAuthenticate(t, auth, "bad-later", false)
+}
+
+// A known good token's reviews take nothing from the budget, whatever becomes of them: a client
+// retrying through an API server outage leaves its source's budget as it was, and new tokens
+// are reviewed as soon as the API server answers again. Accepted tokens give back what they
+// took, so a source of many good clients never spends it.
+func TestOnlyRefusedUnknownTokensSpendTheBudget(t *testing.T) {
+	reviews := newTokenReviews("good")
+	for i := range 3 * apiauth.DefaultRefusedReviewBurst {
+		reviews.good[fmt.Sprintf("pod-%d", i)] = true
+	}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	auth := apiauth.New(apiauth.Config{TokenReviews: reviews, SubjectAccessReviews: fake.NewClientset().AuthorizationV1(), Clock: clk})
+	// Three bursts' worth of distinct good tokens from one source, at one instant.
+	for i := range 3 * apiauth.DefaultRefusedReviewBurst {
+		mustAuthenticate(t, auth, fmt.Sprintf("pod-%d", i), true)
+	}
+	mustAuthenticate(t, auth, "good", true)
+	clk.Step(apiauth.DefaultAuthenticatedTTL)
+	reviews.failing.Store(true)
+	for range 10 * apiauth.DefaultRefusedReviewBurst {
+		if _, _, _, err := auth.AuthenticateRequest(bearer("good")); err == nil || errors.Is(err, apiauth.ErrTooManyRefused) {
+			t.Fatalf("a known good token's review during the outage: err %v, want the review's own error", err)
+		}
+	}
+	reviews.failing.Store(false)
+	// The whole budget is there: a burst of bad tokens is reviewed, and only then held back.
+	for i := range apiauth.DefaultRefusedReviewBurst {
+		mustAuthenticate(t, auth, fmt.Sprintf("bad-%d", i), false)
+	}
+	if _, _, _, err := auth.AuthenticateRequest(bearer("bad-more")); !errors.Is(err, apiauth.ErrTooManyRefused) {
+		t.Fatalf("past the budget: err %v, want ErrTooManyRefused", err)
+	}
+}
+
+// bearerFrom is bearer sent from the address remote.
+func bearerFrom(token, remote string) *http.Request {
+	r := bearer(token)
+	r.RemoteAddr = remote
+	return r
 }
 
 func bearer(token string) *http.Request {
@@ -190,6 +240,8 @@ type tokenReviews struct {
 	good    map[string]bool
 	held    chan struct{}
 	started chan string
+	// failing makes every review fail, as an API server away does.
+	failing atomic.Bool
 
 	mu     sync.Mutex
 	counts map[string]int
@@ -213,6 +265,9 @@ func (r *tokenReviews) Create(_ context.Context, tr *authenticationv1.TokenRevie
 	if strings.HasPrefix(token, "held-") {
 		r.started <- token
 		<-r.held
+	}
+	if r.failing.Load() {
+		return nil, errors.New("the API server is away")
 	}
 	out := tr.DeepCopy()
 	if r.good[token] {

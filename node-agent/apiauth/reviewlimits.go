@@ -17,8 +17,13 @@ limitations under the License.
 package apiauth
 
 import (
-	"golang.org/x/time/rate"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
 	"k8s.io/utils/clock"
+	"k8s.io/utils/lru"
 )
 
 // unknownSlots is how many of max review slots reviews of tokens not known good may hold at
@@ -62,22 +67,68 @@ func (d *Delegating) acquire(unknown bool) (release func(), err error) {
 	}
 }
 
-// refusalBudget is a token bucket (golang.org/x/time/rate, on the injected clock) that each
-// refused or failed TokenReview takes one from. It is charged after the review, so that
-// accepted tokens, however many, cost it nothing; the reviews in flight when it empties may
-// take it below zero (at most the unknown tokens' share of the slots), and it refills from
-// there.
-type refusalBudget struct {
-	lim *rate.Limiter
-	clk clock.PassiveClock
+// refusalBudgets are the refusals' budgets, one per source address: token buckets, on the
+// injected clock, from which a review of a token not known good takes one before it is made,
+// given back if the token is accepted. A source whose tokens the API server keeps refusing (a
+// flood of made-up ones) spends its own budget: its next unknown token is answered
+// ErrTooManyRefused at once, while the tokens of every other source, new ones included (a
+// client's rotated token is new), are still reviewed. Taken before the review, a budget never
+// goes below zero, and its burst is the most reviews a source's unknown tokens have in flight
+// at once. Tokens known good take nothing from it, whatever becomes of their reviews. The
+// sources are kept in a bounded LRU: a source forgotten starts again from a full budget,
+// which costs at most a burst. (golang.org/x/time/rate's Limiter gives a reservation back only
+// before its time to act, which for one taken at once has passed by the review's end: hence a
+// bucket of its own.)
+type refusalBudgets struct {
+	perSecond float64
+	burst     float64
+	clk       clock.PassiveClock
+
+	mu      sync.Mutex
+	sources *lru.Cache
 }
 
-func newRefusalBudget(perSecond float64, burst int, clk clock.PassiveClock) *refusalBudget {
-	return &refusalBudget{lim: rate.NewLimiter(rate.Limit(perSecond), burst), clk: clk}
+// bucket is one source's budget: tokens left at last.
+type bucket struct {
+	tokens float64
+	last   time.Time
 }
 
-// open reports whether a token not known good may be reviewed now.
-func (b *refusalBudget) open() bool { return b.lim.TokensAt(b.clk.Now()) >= 1 }
+func newRefusalBudgets(perSecond float64, burst, size int, clk clock.PassiveClock) *refusalBudgets {
+	return &refusalBudgets{perSecond: perSecond, burst: float64(burst), clk: clk, sources: lru.New(size)}
+}
 
-// charge takes one for a review that accepted nobody.
-func (b *refusalBudget) charge() { b.lim.ReserveN(b.clk.Now(), 1) }
+// take takes one from source's budget for a review of a token not known good: ok is false
+// (and nothing is taken) when it is spent. giveBack returns it, for a token accepted or not
+// reviewed.
+func (b *refusalBudgets) take(source string) (giveBack func(), ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clk.Now()
+	bk := &bucket{tokens: b.burst, last: now}
+	if v, found := b.sources.Get(source); found {
+		bk = v.(*bucket)
+		bk.tokens = min(b.burst, bk.tokens+now.Sub(bk.last).Seconds()*b.perSecond)
+		bk.last = now
+	} else {
+		b.sources.Add(source, bk)
+	}
+	if bk.tokens < 1 {
+		return nil, false
+	}
+	bk.tokens--
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		bk.tokens = min(b.burst, bk.tokens+1)
+	}, true
+}
+
+// sourceOf is the address a request came from, without its port: the unit a budget is kept
+// for.
+func sourceOf(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
+}

@@ -17,8 +17,11 @@ limitations under the License.
 package httpapi
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 
 	"k8s.io/apiserver/pkg/authentication/user"
 
@@ -41,8 +44,13 @@ func (s *Server) mayCallSome(c *call) error {
 	if u == nil {
 		return &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: "the call was not authenticated"}
 	}
-	var refused error
-	for _, l := range s.cfg.Catalog.Lanes() {
+	// In the lanes' order, so that a caller's decisions are asked the same way every call; a
+	// lane whose decision cannot be had now (the authorizer is busy or away) does not end the
+	// search: another may admit the caller from the cache.
+	lanes := s.cfg.Catalog.Lanes()
+	slices.SortFunc(lanes, func(a, b Lane) int { return strings.Compare(a.Key, b.Key) })
+	var refused, undecided error
+	for _, l := range lanes {
 		if l.Task != taskOf[c.endpoint] {
 			continue
 		}
@@ -52,9 +60,13 @@ func (s *Server) mayCallSome(c *call) error {
 			return nil
 		}
 		if ae, ok := err.(*apiError); ok && ae.status != http.StatusForbidden {
-			return err // no decision: say so
+			undecided = cmp.Or(undecided, err)
+			continue
 		}
 		refused = err
+	}
+	if undecided != nil {
+		return undecided // no lane admits the caller, and some could not say: 503, retry
 	}
 	if refused == nil {
 		return &apiError{status: http.StatusNotFound, code: string(refusal.UnknownLane), message: fmt.Sprintf("no lane placed on this node answers %s calls", c.endpoint)}

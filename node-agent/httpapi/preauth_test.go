@@ -18,14 +18,19 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"k8s.io/apiserver/pkg/authentication/user"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/apiauth"
 )
 
 // countingBody counts the bytes a handler read of a request body.
@@ -91,5 +96,35 @@ func TestABulkBodyIsReadOnlyForACallerSomeLaneAdmits(t *testing.T) {
 				t.Errorf("%d bytes of the body read; read: %v, want %v", body.read, got, tc.read)
 			}
 		})
+	}
+}
+
+// decidingAuth lets embedder call team/embed and cannot decide any other lane's access.
+type decidingAuth struct{ fakeAuth }
+
+func (a *decidingAuth) Authorize(ctx context.Context, u user.Info, acc apiauth.Access) (bool, string, error) {
+	if acc.Namespace+"/"+acc.Lane == "team/embed" {
+		return a.fakeAuth.Authorize(ctx, u, acc)
+	}
+	return false, "", errors.New("the API server is away")
+}
+
+// TestALaneThatCannotBeDecidedDoesNotHideOneThatAdmits: a lane whose decision cannot be had
+// now does not end the search for one that admits the caller; with none admitting and one
+// undecided, the answer is 503 (retry), not 403.
+func TestALaneThatCannotBeDecidedDoesNotHideOneThatAdmits(t *testing.T) {
+	auth := &decidingAuth{fakeAuth{users: map[string]string{"t-embed": "embedder", "t-none": "nobody"},
+		allow: map[string][]string{"embedder": {"team/embed/embeddings"}}}}
+	s := New(Config{Node: "mac-1", Catalog: fakeCatalog{}, Runner: &fakeRunner{}, Clock: clocktesting.NewFakeClock(epoch), Auth: auth})
+	b, _ := json.Marshal(map[string]any{"model": "team/embed", "input": "a text"})
+	large := append(b[:len(b)-1], append(bytes.Repeat([]byte(" "), DefaultLargeBody), '}')...)
+	for token, want := range map[string]int{"t-embed": 200, "t-none": 503} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/embeddings", bytes.NewReader(large))
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("%s: answered %d %.200s, want %d", token, rec.Code, rec.Body, want)
+		}
 	}
 }
