@@ -211,6 +211,35 @@ func (cp *controlPlane) apiRequests(ctx context.Context) (requestCounts, error) 
 	return out, nil
 }
 
+// profile writes the API server's CPU profile over the next seconds to path (its
+// /debug/pprof, which kube-apiserver serves with --profiling, its default, to a caller allowed
+// the non-resource URL: the harness's own administrator).
+func (cp *controlPlane) profile(ctx context.Context, seconds int, path string) error {
+	hc, err := rest.HTTPClientFor(cp.Config)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(cp.Config.Host, "/"), seconds), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("the API server's profile: %s", resp.Status)
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	_, err = io.Copy(out, resp.Body)
+	return err
+}
+
 func labelsOf(m *dto.Metric) map[string]string {
 	out := map[string]string{}
 	for _, l := range m.GetLabel() {

@@ -155,8 +155,8 @@ func TestHollowFleet(t *testing.T) {
 // BenchmarkHollowFleet is make scale: SCALE_NODES hollow Macs (default 100) and SCALE_LANES
 // lanes (default 500) against the real controller, at the agents' and controller's real
 // intervals, then the three storms. It prints the report and writes it as JSON to
-// SCALE_REPORT, with CPU profiles of the controller and the hollow fleet during the rollout
-// beside it. It runs once, whatever -benchtime says.
+// SCALE_REPORT, with CPU profiles of the controller, the API server and the hollow fleet during
+// the rollout beside it. It runs once, whatever -benchtime says.
 func BenchmarkHollowFleet(b *testing.B) {
 	dir, err := os.MkdirTemp("", "synapse-scale-")
 	if err != nil {

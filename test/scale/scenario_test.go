@@ -357,10 +357,14 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 	var profiling sync.WaitGroup
 	if f.sc.Profile != "" {
 		length := cmp.Or(f.sc.ProfileFor, 30*time.Second)
-		profiling.Add(2)
+		profiling.Add(3)
 		go func() {
 			defer profiling.Done()
 			_ = f.ctrl.profile(ctx, int(length.Seconds()), filepath.Join(f.sc.Profile, "controller-rollout.pprof"))
+		}()
+		go func() {
+			defer profiling.Done()
+			_ = f.cp.profile(ctx, int(length.Seconds()), filepath.Join(f.sc.Profile, "apiserver-rollout.pprof"))
 		}()
 		go func() {
 			defer profiling.Done()
