@@ -18,7 +18,6 @@ package scale
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -265,17 +264,22 @@ func queued(families map[string]*dto.MetricFamily) float64 {
 
 // profile saves a CPU profile of the controller of the given length to path.
 func (c *controllerProcess) profile(ctx context.Context, seconds int, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.pprofAddr, seconds), nil)
+	return saveProfile(ctx, http.DefaultClient, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.pprofAddr, seconds), path)
+}
+
+// saveProfile writes the CPU profile a /debug/pprof/profile URL answers, through hc, to path.
+func saveProfile(ctx context.Context, hc *http.Client, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		return errors.New(resp.Status)
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {
