@@ -294,3 +294,49 @@ func (r *tokenReviews) total() int {
 	}
 	return n
 }
+
+// A burst of made-up tokens from one source, all at once and held in review: the budget is taken
+// before each review, so no more than its burst are reviewed at once, whatever the slots allow;
+// the rest are answered ErrTooManyRefused at once, and another source's token is still reviewed.
+func TestABurstFromOneSourceIsReviewedAtMostABurstAtOnce(t *testing.T) {
+	const burst, flood = apiauth.DefaultRefusedReviewBurst, 4 * apiauth.DefaultRefusedReviewBurst
+	reviews := newTokenReviews()
+	reviews.held = make(chan struct{})
+	reviews.started = make(chan string, flood+1)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	auth := apiauth.New(apiauth.Config{TokenReviews: reviews, SubjectAccessReviews: fake.NewClientset().AuthorizationV1(), Clock: clk})
+
+	var wg sync.WaitGroup
+	results := make(chan error, flood)
+	for i := range flood {
+		wg.Go(func() {
+			_, _, _, err := auth.AuthenticateRequest(bearerFrom(fmt.Sprintf("held-%d", i), "192.0.2.9:5000"))
+			results <- err
+		})
+	}
+	for range burst {
+		<-reviews.started
+	}
+	// Every call past the burst is answered without waiting for the held reviews.
+	for range flood - burst {
+		if err := <-results; !errors.Is(err, apiauth.ErrTooManyRefused) {
+			t.Fatalf("a call past the burst: err %v, want ErrTooManyRefused", err)
+		}
+	}
+	if n := reviews.total(); n != burst {
+		t.Fatalf("%d reviews started for one source's burst of %d, want %d", n, flood, burst)
+	}
+	// Another source's unknown token is reviewed meanwhile.
+	go func() { _, _, _, _ = auth.AuthenticateRequest(bearerFrom("held-other", "192.0.2.10:5000")) }()
+	if got := <-reviews.started; got != "held-other" {
+		t.Fatalf("review started for %s, want held-other", got)
+	}
+	close(reviews.held)
+	wg.Wait()
+	close(results)
+	for err := range results {
+		if err != nil {
+			t.Fatalf("a held review: %v", err)
+		}
+	}
+}

@@ -74,12 +74,16 @@ func TestABulkBodyIsReadOnlyForACallerSomeLaneAdmits(t *testing.T) {
 		{"only a lane of the other endpoint admits the caller", "t-rerank", "/v1/embeddings", nil, large("team/embed", "input", "a text"), 403, CodeForbidden, false},
 		{"a lane admits the caller", "t-embed", "/v1/embeddings", nil, large("team/embed", "input", "a text"), 200, "", true},
 		{"a small body goes to its lane's own authorization", "t-none", "/v1/embeddings", nil, []byte(`{"model":"team/embed","input":"a text"}`), 403, CodeForbidden, true},
+		{"a body of unknown length (chunked) is as large", "t-none", "/v1/embeddings", nil, []byte(`{"model":"team/embed","input":"a text"}`), 403, CodeForbidden, false},
 		{"no lane of the node answers the endpoint", "t-embed", "/v1/embeddings", empty, large("team/embed", "input", "a text"), 404, "unknown_lane", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := &countingBody{r: bytes.NewReader(tc.body)}
 			req := httptest.NewRequest(http.MethodPost, tc.path, body)
 			req.ContentLength = int64(len(tc.body))
+			if strings.Contains(tc.name, "chunked") {
+				req.ContentLength = -1
+			}
 			req.Header.Set("Authorization", "Bearer "+tc.token)
 			rec, srv := httptest.NewRecorder(), s
 			if tc.server != nil {
