@@ -17,6 +17,7 @@ limitations under the License.
 package agentcert_test
 
 import (
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -25,6 +26,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -284,6 +286,37 @@ var _ = Describe("Agent serving certificates", func() {
 		Expect(leaf(csr).DNSNames).To(ConsistOf(node))
 	})
 
+	It("should sign a request whose approval landed and whose signature failed on a later pass, approved once", func() {
+		node := macNode("192.0.2.19")
+		name := submit("synapse-node-"+node, request{cn: node, dns: []string{node}, ips: []string{"192.0.2.19"}})
+		left := ptr.To(1)
+		failing := agentcert.NewController(clk, statusFailsOnce{Client: cached, left: left}, kube, caNamespace, policy)
+		// The first pass that finds the request in the cache approves it, then fails to sign.
+		csr := &certificatesv1.CertificateSigningRequest{}
+		Eventually(func(g Gomega) {
+			_, err := failing.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
+			g.Expect(err).To(MatchError(ContainSubstring("the API server is away")))
+		}).Should(Succeed())
+		Expect(*left).To(BeZero())
+		Expect(kube.Get(ctx, client.ObjectKey{Name: name}, csr)).To(Succeed())
+		Expect(condition(csr, certificatesv1.CertificateApproved)).NotTo(BeNil(), "the approval landed")
+		Expect(csr.Status.Certificate).To(BeEmpty())
+		// The next passes (the cache may be a moment behind the approval) sign it.
+		Eventually(func(g Gomega) {
+			_, _ = failing.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
+			g.Expect(kube.Get(ctx, client.ObjectKey{Name: name}, csr)).To(Succeed())
+			g.Expect(csr.Status.Certificate).NotTo(BeEmpty())
+		}).Should(Succeed())
+		approvals := 0
+		for _, c := range csr.Status.Conditions {
+			if c.Type == certificatesv1.CertificateApproved {
+				approvals++
+			}
+		}
+		Expect(approvals).To(Equal(1))
+		Expect(leaf(csr).DNSNames).To(ConsistOf(node))
+	})
+
 	It("should sign with a CA replaced in its Secret once CARecheck has passed, not before", func() {
 		c := newController()
 		node := macNode("192.0.2.19")
@@ -470,3 +503,30 @@ var _ = Describe("Agent serving certificates for names and addresses the rest of
 		Entry("a loopback address", "127.0.0.1", "a loopback"),
 	)
 })
+
+// statusFailsOnce is a client whose next left status updates fail as an API server away would.
+type statusFailsOnce struct {
+	client.Client
+	left *int
+}
+
+func (c statusFailsOnce) SubResource(name string) client.SubResourceClient {
+	sc := c.Client.SubResource(name)
+	if name != "status" {
+		return sc
+	}
+	return failingSubResource{SubResourceClient: sc, left: c.left}
+}
+
+type failingSubResource struct {
+	client.SubResourceClient
+	left *int
+}
+
+func (s failingSubResource) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	if *s.left > 0 {
+		*s.left--
+		return errors.New("the API server is away")
+	}
+	return s.SubResourceClient.Update(ctx, obj, opts...)
+}
