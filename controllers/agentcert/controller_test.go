@@ -287,8 +287,8 @@ var _ = Describe("Agent serving certificates", func() {
 	})
 
 	It("should sign a request whose approval landed and whose signature failed on a later pass, approved once", func() {
-		node := macNode("192.0.2.19")
-		name := submit("synapse-node-"+node, request{cn: node, dns: []string{node}, ips: []string{"192.0.2.19"}})
+		node := macNode("192.0.2.21")
+		name := submit("synapse-node-"+node, request{cn: node, dns: []string{node}, ips: []string{"192.0.2.21"}})
 		left := ptr.To(1)
 		failing := agentcert.NewController(clk, statusFailsOnce{Client: cached, left: left}, kube, caNamespace, policy)
 		// The first pass that finds the request in the cache approves it, then fails to sign.
@@ -296,7 +296,7 @@ var _ = Describe("Agent serving certificates", func() {
 		Eventually(func(g Gomega) {
 			_, err := failing.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
 			g.Expect(err).To(MatchError(ContainSubstring("the API server is away")))
-		}).Should(Succeed())
+		}).WithTimeout(10 * time.Second).Should(Succeed())
 		Expect(*left).To(BeZero())
 		Expect(kube.Get(ctx, client.ObjectKey{Name: name}, csr)).To(Succeed())
 		Expect(condition(csr, certificatesv1.CertificateApproved)).NotTo(BeNil(), "the approval landed")
@@ -306,7 +306,7 @@ var _ = Describe("Agent serving certificates", func() {
 			_, _ = failing.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
 			g.Expect(kube.Get(ctx, client.ObjectKey{Name: name}, csr)).To(Succeed())
 			g.Expect(csr.Status.Certificate).NotTo(BeEmpty())
-		}).Should(Succeed())
+		}).WithTimeout(10 * time.Second).Should(Succeed())
 		approvals := 0
 		for _, c := range csr.Status.Conditions {
 			if c.Type == certificatesv1.CertificateApproved {
