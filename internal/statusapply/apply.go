@@ -45,6 +45,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
@@ -112,9 +113,30 @@ func ApplyAgentStatus(ctx context.Context, c client.Client, node string, st v1.M
 // ApplyAgentPlacementStatus writes a placement's status as its node's agent reports it: every
 // field of st, and of its conditions only AgentPlacementConditions. A condition the agent
 // applied before and leaves out now (Terminating, once the agent runs again) is removed.
-func ApplyAgentPlacementStatus(ctx context.Context, c client.Client, key types.NamespacedName, st v1.LanePlacementStatus) error {
+// It returns the placement's resourceVersion after the write.
+func ApplyAgentPlacementStatus(ctx context.Context, c client.Client, key types.NamespacedName, st v1.LanePlacementStatus) (string, error) {
 	st.Conditions = only(st.Conditions, AgentPlacementConditions)
-	return apply(ctx, c, &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, "LanePlacement", AgentManager, st)
+	p := &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	err := apply(ctx, c, p, "LanePlacement", AgentManager, st)
+	return p.ResourceVersion, err
+}
+
+// OverlayAgentPlacementStatus sets in dst what ApplyAgentPlacementStatus writes of src (every
+// field, and the conditions of AgentPlacementConditions), and leaves the controllers'
+// conditions of dst as they are.
+func OverlayAgentPlacementStatus(dst *v1.LanePlacementStatus, src *v1.LanePlacementStatus) {
+	theirs := slices.DeleteFunc(dst.Conditions, func(c metav1.Condition) bool { return slices.Contains(AgentPlacementConditions, c.Type) })
+	*dst = *src.DeepCopy()
+	dst.Conditions = append(only(dst.Conditions, AgentPlacementConditions), theirs...)
+}
+
+// CacheBehind reports whether an object read from a cache at resourceVersion cached predates a
+// write of the reader's own, which left it at wrote. Resource versions are ordered
+// (apimachinery pkg/util/resourceversion, CompareResourceVersion); one that is not well formed
+// (a storage that does not promise the order) is taken as not behind.
+func CacheBehind(cached, wrote string) bool {
+	cmp, err := resourceversion.CompareResourceVersion(cached, wrote)
+	return err == nil && cmp < 0
 }
 
 // Field managers of the CatalogLane's status writers: the placement controller owns what it

@@ -217,6 +217,84 @@ func TestStatusWritesAreCoalescedAndOnlyWhenSomethingChanged(t *testing.T) {
 	}
 }
 
+// While the cache shows a placement from before the agent's own last write of its status (the
+// watch runs behind under load), the agent compares with what it wrote, not with the stale copy:
+// the same status is not applied again, a change is, and once the cache has caught up a status
+// someone else changed is compared as it now is.
+func TestAStatusIsNotAppliedAgainWhileTheCacheShowsThePlacementFromBeforeIt(t *testing.T) {
+	p := testPlacement("gte")
+	a, clk, writes := newTestAgent(t, p)
+	l := loadReady(t, a, p)
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	before := &v1.LanePlacement{}
+	if err := a.kube.Get(ctx, key, before); err != nil {
+		t.Fatal(err)
+	}
+	var stale atomic.Bool
+	a.kube = interceptor.NewClient(a.kube.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if pl, ok := obj.(*v1.LanePlacement); ok && stale.Load() && k == key {
+				before.DeepCopyInto(pl)
+				return nil
+			}
+			return c.Get(ctx, k, obj, opts...)
+		},
+	})
+	book := newStatusBook()
+	if n := a.statusPass(ctx, book); n != 2 {
+		t.Fatalf("the first pass wrote %d objects, want the node and the placement", n)
+	}
+	stale.Store(true)
+	for range 3 {
+		clk.Step(2 * time.Second)
+		if n := a.statusPass(ctx, book); n != 0 {
+			t.Fatalf("with the cache behind the agent's write and nothing changed, a pass wrote %d objects", n)
+		}
+	}
+
+	// A change is written, stale cache or not, and then not again.
+	a.setState(l, lanePaused, nil)
+	clk.Step(2 * time.Second)
+	w := writes.Load()
+	if n := a.statusPass(ctx, book); n != 1 || writes.Load() != w+1 {
+		t.Fatalf("a change with the cache behind: %d objects written, %d writes", n, writes.Load()-w)
+	}
+	clk.Step(2 * time.Second)
+	if n := a.statusPass(ctx, book); n != 0 {
+		t.Fatalf("the change was applied again: %d", n)
+	}
+
+	// The cache caught up, and then someone else cleared the agent's phase: compared with the
+	// placement as it now is, the status is applied again.
+	stale.Store(false)
+	clk.Step(2 * time.Second)
+	if n := a.statusPass(ctx, book); n != 0 {
+		t.Fatalf("the caught-up cache shows what was written, yet a pass wrote %d", n)
+	}
+	cur := &v1.LanePlacement{}
+	if err := a.kube.Get(ctx, key, cur); err != nil {
+		t.Fatal(err)
+	}
+	if cur.Status.Phase != v1.PhasePaused {
+		t.Fatalf("phase %s written, want Paused", cur.Status.Phase)
+	}
+	cur.Status.Phase = ""
+	if err := a.kube.Status().Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(2 * time.Second)
+	if n := a.statusPass(ctx, book); n != 1 {
+		t.Fatalf("a status changed by someone else was not written again: %d", n)
+	}
+	if err := a.kube.Get(ctx, key, cur); err != nil {
+		t.Fatal(err)
+	}
+	if cur.Status.Phase != v1.PhasePaused {
+		t.Fatalf("phase %q after the rewrite, want Paused", cur.Status.Phase)
+	}
+}
+
 // A status the API server refuses (here as invalid) is tried again after StatusInterval, then
 // after a wait that doubles, however many passes the agent's state changes run meanwhile, and
 // written when it is accepted.

@@ -71,6 +71,16 @@ type lane struct {
 	retryAt time.Time
 	// probes are the placement probes by rung (each for the generation it names).
 	probes map[int]probe
+	// said is the placement status the agent last applied (see writePlacementStatus).
+	said *saidStatus
+}
+
+// saidStatus is a placement's status as the agent applied it, to which placement (its UID), and
+// the resourceVersion the write left.
+type saidStatus struct {
+	uid    types.UID
+	rv     string
+	status v1.LanePlacementStatus
 }
 
 func laneKey(spec v1.LanePlacementSpec, namespace string) string { return namespace + "/" + spec.Lane }

@@ -217,16 +217,35 @@ func (a *Agent) refreshNode(ctx context.Context) error {
 // writePlacementStatus applies one placement's status if it differs from what the agent knows:
 // its own fields and condition types only, so the controllers' conditions (NodeReady,
 // Drained), which the cached copy may not show yet, are neither erased nor reverted.
+//
+// What it knows is the cached placement, or, while the cache shows the placement from before
+// the agent's last write of it, that write: under a rollout's load the watch runs seconds
+// behind, and a status compared with the stale copy was applied again unchanged, once every
+// StatusInterval until the cache caught up.
 func (a *Agent) writePlacementStatus(ctx context.Context, key types.NamespacedName) (bool, error) {
 	p := &v1.LanePlacement{}
 	if err := a.kube.Get(ctx, key, p); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
+	a.mu.Lock()
+	if l := a.lanes[key]; l != nil && l.said != nil && l.said.uid == p.UID && statusapply.CacheBehind(p.ResourceVersion, l.said.rv) {
+		statusapply.OverlayAgentPlacementStatus(&p.Status, &l.said.status)
+	}
+	a.mu.Unlock()
 	stored := p.DeepCopy()
 	if !a.placementStatus(key, p) || equality.Semantic.DeepEqual(stored.Status, p.Status) {
 		return false, nil
 	}
-	return true, client.IgnoreNotFound(statusapply.ApplyAgentPlacementStatus(ctx, a.kube, key, p.Status))
+	rv, err := statusapply.ApplyAgentPlacementStatus(ctx, a.kube, key, p.Status)
+	if err == nil {
+		a.mu.Lock()
+		// A drain's write and the status writer's may cross: the later write is kept.
+		if l := a.lanes[key]; l != nil && (l.said == nil || l.said.uid != p.UID || !statusapply.CacheBehind(rv, l.said.rv)) {
+			l.said = &saidStatus{uid: p.UID, rv: rv, status: *p.Status.DeepCopy()}
+		}
+		a.mu.Unlock()
+	}
+	return true, client.IgnoreNotFound(err)
 }
 
 // placementStatus fills p's status from the lane's state; false if the agent has no entry.

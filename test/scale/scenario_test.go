@@ -332,7 +332,8 @@ type usage struct {
 type storm struct {
 	Name string `json:"name"`
 	// ReplacedSeconds: until every lane had its replicas on live Macs; ReconvergeSeconds: until
-	// everything was as before (every lane Ready, the controller's queues empty).
+	// everything was as before (every lane Ready, the controller's queues empty). The writes
+	// are counted until writeTail after that, so a write deferred past it is counted too.
 	ReplacedSeconds   float64       `json:"replacedSeconds,omitempty"`
 	ReconvergeSeconds float64       `json:"reconvergeSeconds"`
 	APIWrites         float64       `json:"apiWrites"`

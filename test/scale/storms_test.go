@@ -22,8 +22,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/placement"
 	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
 )
+
+// writeTail is how long a storm's writes are still counted after it reconverged: the longest a
+// lane's status write is deferred to be coalesced with the next (placement.ProgressInterval),
+// twice over. The controller's queue depth does not show a deferred write (it waits in the
+// queue's delay heap, with every node's next Lease check), so without the tail a resync that
+// wrote a lane's status a few seconds after it looked idle counted as writing nothing.
+const writeTail = 2 * placement.ProgressInterval
 
 // settled reports whether the fleet is as it should be with dead Macs gone: every lane placed on
 // live Macs, Ready, and where it may be.
@@ -159,8 +167,13 @@ func (f *fleet) stormAPIServer(ctx context.Context, rep *report, dead map[string
 
 // endStorm records a storm's time to reconverge and the writes it cost beyond the steady rate.
 func (f *fleet) endStorm(ctx context.Context, s *storm, rep *report, before requestCounts, start time.Time) error {
+	s.ReconvergeSeconds = time.Since(start).Seconds()
+	select {
+	case <-time.After(writeTail):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	end := time.Now()
-	s.ReconvergeSeconds = end.Sub(start).Seconds()
 	after, err := f.cp.apiRequests(ctx)
 	if err != nil {
 		return err
@@ -176,7 +189,7 @@ func (f *fleet) endStorm(ctx context.Context, s *storm, rep *report, before requ
 	}
 	s.ControllerWrites = f.audit.between(start, end)
 	s.LeaderElectionWrites = f.audit.leaderElection(start, end)
-	f.logf("%s: reconverged in %.1fs, %.0f API writes (%.0f over the steady rate), controller writes %v",
-		s.Name, s.ReconvergeSeconds, s.APIWrites, s.ExtraAPIWrites, s.ControllerWrites)
+	f.logf("%s: reconverged in %.1fs, %.0f API writes (%.0f over the steady rate), controller writes %v (until %s after)",
+		s.Name, s.ReconvergeSeconds, s.APIWrites, s.ExtraAPIWrites, s.ControllerWrites, writeTail)
 	return nil
 }

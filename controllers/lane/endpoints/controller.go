@@ -142,8 +142,10 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		return nil
 	})
 	lanesOnNode := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		// Through the cache's index of placements by node (controllers.IndexFields): a label
+		// selector would walk every placement of the fleet on each node event.
 		var ps v1.LanePlacementList
-		if err := c.kube.List(ctx, &ps, client.MatchingLabels{v1.LabelNode: o.GetName()}); err != nil {
+		if err := c.kube.List(ctx, &ps, client.MatchingFields{v1.FieldPlacementNode: o.GetName()}); err != nil {
 			return nil
 		}
 		var out []reconcile.Request

@@ -39,7 +39,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -184,7 +183,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	c.mu.Lock()
 	if said, ok := c.said[req.NamespacedName]; ok && said.uid == lane.UID {
-		if cacheBehind(lane.ResourceVersion, said.rv) {
+		if statusapply.CacheBehind(lane.ResourceVersion, said.rv) {
 			statusapply.OverlayLanePlacementStatus(&lane.Status, &said.status)
 		}
 		lane.Status.VectorSpaceID = said.status.VectorSpaceID
@@ -265,15 +264,6 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.mu.Unlock()
 	}
 	return res, nil
-}
-
-// cacheBehind reports whether a lane read from the cache at resourceVersion cached predates the
-// controller's own write, which left it at wrote. Resource versions are ordered (apimachinery
-// pkg/util/resourceversion, CompareResourceVersion); one that is not well formed (a storage
-// that does not promise the order) is taken as not behind, as before this check.
-func cacheBehind(cached, wrote string) bool {
-	cmp, err := resourceversion.CompareResourceVersion(cached, wrote)
-	return err == nil && cmp < 0
 }
 
 // SwitchDrain is how long the placements of a lane's old vector space keep answering after the
