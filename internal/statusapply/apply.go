@@ -113,19 +113,20 @@ func ApplyAgentStatus(ctx context.Context, c client.Client, node string, st v1.M
 // ApplyAgentPlacementStatus writes a placement's status as its node's agent reports it: every
 // field of st, and of its conditions only AgentPlacementConditions. A condition the agent
 // applied before and leaves out now (Terminating, once the agent runs again) is removed.
-// It returns the placement's resourceVersion after the write.
-func ApplyAgentPlacementStatus(ctx context.Context, c client.Client, key types.NamespacedName, st v1.LanePlacementStatus) (string, error) {
+// It returns the placement as the API server answered the write: the object written (its UID)
+// and its resourceVersion after it.
+func ApplyAgentPlacementStatus(ctx context.Context, c client.Client, key types.NamespacedName, st v1.LanePlacementStatus) (*v1.LanePlacement, error) {
 	st.Conditions = only(st.Conditions, AgentPlacementConditions)
 	p := &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 	err := apply(ctx, c, p, "LanePlacement", AgentManager, st)
-	return p.ResourceVersion, err
+	return p, err
 }
 
 // OverlayAgentPlacementStatus sets in dst what ApplyAgentPlacementStatus writes of src (every
 // field, and the conditions of AgentPlacementConditions), and leaves the controllers'
 // conditions of dst as they are.
 func OverlayAgentPlacementStatus(dst *v1.LanePlacementStatus, src *v1.LanePlacementStatus) {
-	theirs := slices.DeleteFunc(dst.Conditions, func(c metav1.Condition) bool { return slices.Contains(AgentPlacementConditions, c.Type) })
+	theirs := slices.DeleteFunc(slices.Clone(dst.Conditions), func(c metav1.Condition) bool { return slices.Contains(AgentPlacementConditions, c.Type) })
 	*dst = *src.DeepCopy()
 	dst.Conditions = append(only(dst.Conditions, AgentPlacementConditions), theirs...)
 }

@@ -295,6 +295,82 @@ func TestAStatusIsNotAppliedAgainWhileTheCacheShowsThePlacementFromBeforeIt(t *t
 	}
 }
 
+// The agent's own last write stands in for a stale cache only for the placement it was written
+// to (not one recreated under the same name), only for SaidFor, and a write that finishes after
+// a later one does not replace the later one's record.
+func TestTheAgentsLastWriteStandsInOnlyForItsPlacementBrieflyAndTheLaterWriteIsKept(t *testing.T) {
+	p := testPlacement("gte")
+	a, clk, _ := newTestAgent(t, p)
+	l := loadReady(t, a, p)
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	before := &v1.LanePlacement{}
+	if err := a.kube.Get(ctx, key, before); err != nil {
+		t.Fatal(err)
+	}
+	a.kube = interceptor.NewClient(a.kube.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if pl, ok := obj.(*v1.LanePlacement); ok && k == key {
+				before.DeepCopyInto(pl) // the cache never catches up
+				return nil
+			}
+			return c.Get(ctx, k, obj, opts...)
+		},
+	})
+	said := func() saidStatus {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if l.said == nil {
+			t.Fatal("no write recorded")
+		}
+		return *l.said
+	}
+	if wrote, err := a.writePlacementStatus(ctx, key); !wrote || err != nil {
+		t.Fatalf("the first write: %v, %v", wrote, err)
+	}
+	if s := said(); s.uid != before.UID || s.rv == "" || !s.at.Equal(clk.Now()) {
+		t.Fatalf("recorded %+v, want the placement's UID, the write's resourceVersion and now", s)
+	}
+
+	// Within SaidFor the stale cache is read as the write: nothing to write.
+	clk.Step(SaidFor - time.Second)
+	if wrote, err := a.writePlacementStatus(ctx, key); wrote || err != nil {
+		t.Fatalf("within SaidFor: %v, %v", wrote, err)
+	}
+	// Past it the cache is compared as it is: written once more, and trusted again from then.
+	clk.Step(time.Second)
+	if wrote, err := a.writePlacementStatus(ctx, key); !wrote || err != nil {
+		t.Fatalf("past SaidFor, the status compared with the stale cache was not written: %v, %v", wrote, err)
+	}
+	if wrote, _ := a.writePlacementStatus(ctx, key); wrote {
+		t.Fatal("the write just made is not trusted")
+	}
+
+	// A record of another placement of that name is not used.
+	a.mu.Lock()
+	l.said.uid = "an-earlier-placement"
+	a.mu.Unlock()
+	if wrote, err := a.writePlacementStatus(ctx, key); !wrote || err != nil {
+		t.Fatalf("another placement's record stood in for this one's: %v, %v", wrote, err)
+	}
+	if s := said(); s.uid != before.UID {
+		t.Fatalf("recorded for %s, want the placement written, %s", s.uid, before.UID)
+	}
+
+	// A write that ends after a later one (a drain's and the writer's crossing) leaves the
+	// later one's record.
+	a.mu.Lock()
+	l.said.rv = "999999999"
+	a.mu.Unlock()
+	a.setState(l, lanePaused, nil)
+	if wrote, err := a.writePlacementStatus(ctx, key); !wrote || err != nil {
+		t.Fatalf("a change: %v, %v", wrote, err)
+	}
+	if s := said(); s.rv != "999999999" || s.status.Phase == v1.PhasePaused {
+		t.Fatalf("the earlier write replaced the later one's record: %+v", s)
+	}
+}
+
 // A status the API server refuses (here as invalid) is tried again after StatusInterval, then
 // after a wait that doubles, however many passes the agent's state changes run meanwhile, and
 // written when it is accepted.

@@ -75,11 +75,12 @@ type lane struct {
 	said *saidStatus
 }
 
-// saidStatus is a placement's status as the agent applied it, to which placement (its UID), and
-// the resourceVersion the write left.
+// saidStatus is a placement's status as the agent applied it, to which placement (its UID), the
+// resourceVersion the write left, and when.
 type saidStatus struct {
 	uid    types.UID
 	rv     string
+	at     time.Time
 	status v1.LanePlacementStatus
 }
 

@@ -227,8 +227,10 @@ func (a *Agent) writePlacementStatus(ctx context.Context, key types.NamespacedNa
 	if err := a.kube.Get(ctx, key, p); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
+	now := a.cfg.Clock.Now()
 	a.mu.Lock()
-	if l := a.lanes[key]; l != nil && l.said != nil && l.said.uid == p.UID && statusapply.CacheBehind(p.ResourceVersion, l.said.rv) {
+	if l := a.lanes[key]; l != nil && l.said != nil && l.said.uid == p.UID && now.Sub(l.said.at) < SaidFor &&
+		statusapply.CacheBehind(p.ResourceVersion, l.said.rv) {
 		statusapply.OverlayAgentPlacementStatus(&p.Status, &l.said.status)
 	}
 	a.mu.Unlock()
@@ -236,17 +238,26 @@ func (a *Agent) writePlacementStatus(ctx context.Context, key types.NamespacedNa
 	if !a.placementStatus(key, p) || equality.Semantic.DeepEqual(stored.Status, p.Status) {
 		return false, nil
 	}
-	rv, err := statusapply.ApplyAgentPlacementStatus(ctx, a.kube, key, p.Status)
+	written, err := statusapply.ApplyAgentPlacementStatus(ctx, a.kube, key, p.Status)
 	if err == nil {
 		a.mu.Lock()
-		// A drain's write and the status writer's may cross: the later write is kept.
-		if l := a.lanes[key]; l != nil && (l.said == nil || l.said.uid != p.UID || !statusapply.CacheBehind(rv, l.said.rv)) {
-			l.said = &saidStatus{uid: p.UID, rv: rv, status: *p.Status.DeepCopy()}
+		// A drain's write and the status writer's may cross: the later write is kept. The
+		// placement is the one the API server wrote, which a cache behind a delete and a
+		// create of the same name may not show yet.
+		if l := a.lanes[key]; l != nil && (l.said == nil || l.said.uid != written.UID || !statusapply.CacheBehind(written.ResourceVersion, l.said.rv)) {
+			l.said = &saidStatus{uid: written.UID, rv: written.ResourceVersion, at: now, status: *p.Status.DeepCopy()}
 		}
 		a.mu.Unlock()
 	}
 	return true, client.IgnoreNotFound(err)
 }
+
+// SaidFor bounds how long the agent trusts its own last write of a placement's status over a
+// cache that shows the placement from before it. A watch catches up within seconds even under
+// a rollout's load; resource versions that went back (etcd restored from an older snapshot)
+// would otherwise keep the cache "behind" and the restored status uncorrected. Past it, the
+// cache is compared as it is, at the cost of one write it may not have needed.
+const SaidFor = 30 * time.Second
 
 // placementStatus fills p's status from the lane's state; false if the agent has no entry.
 func (a *Agent) placementStatus(key types.NamespacedName, p *v1.LanePlacement) bool {

@@ -218,7 +218,7 @@ var rows = []row{
 		st.Phase = v1.PhaseReady
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready",
 			Message: "serving", LastTransitionTime: metav1.Now()})
-		if err := statusapply.ApplyAgentPlacementStatus(ctx, w.as, client.ObjectKeyFromObject(w.own), st); err != nil {
+		if _, err := statusapply.ApplyAgentPlacementStatus(ctx, w.as, client.ObjectKeyFromObject(w.own), st); err != nil {
 			return err
 		}
 		if c := meta.FindStatusCondition(get(w.own.DeepCopy()).Status.Conditions, v1.PlacementConditionNodeReady); c == nil || c.Status != metav1.ConditionFalse {

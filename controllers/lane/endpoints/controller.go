@@ -146,6 +146,7 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		// selector would walk every placement of the fleet on each node event.
 		var ps v1.LanePlacementList
 		if err := c.kube.List(ctx, &ps, client.MatchingFields{v1.FieldPlacementNode: o.GetName()}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "listing the placements on a node whose addresses changed; its lanes' EndpointSlices follow at their next change", "node", o.GetName())
 			return nil
 		}
 		var out []reconcile.Request
