@@ -437,7 +437,7 @@ func (a *Agent) sayStopped(ctx context.Context) {
 			l.state = laneStopped
 		}
 		a.mu.Unlock()
-		if _, err := a.writePlacementStatus(ctx, key); err != nil {
+		if _, err := a.writePlacementStatus(ctx, key, true); err != nil {
 			a.cfg.Log.Info("could not mark a placement stopped", "placement", key.String(), "error", err.Error())
 		}
 	}

@@ -325,7 +325,7 @@ func TestTheAgentsLastWriteStandsInOnlyForItsPlacementBrieflyAndTheLaterWriteIsK
 		}
 		return *l.said
 	}
-	if wrote, err := a.writePlacementStatus(ctx, key); !wrote || err != nil {
+	if wrote, err := a.writePlacementStatus(ctx, key, true); !wrote || err != nil {
 		t.Fatalf("the first write: %v, %v", wrote, err)
 	}
 	if s := said(); s.uid != before.UID || s.rv == "" || !s.at.Equal(clk.Now()) {
@@ -334,15 +334,15 @@ func TestTheAgentsLastWriteStandsInOnlyForItsPlacementBrieflyAndTheLaterWriteIsK
 
 	// Within SaidFor the stale cache is read as the write: nothing to write.
 	clk.Step(SaidFor - time.Second)
-	if wrote, err := a.writePlacementStatus(ctx, key); wrote || err != nil {
+	if wrote, err := a.writePlacementStatus(ctx, key, true); wrote || err != nil {
 		t.Fatalf("within SaidFor: %v, %v", wrote, err)
 	}
 	// Past it the cache is compared as it is: written once more, and trusted again from then.
 	clk.Step(time.Second)
-	if wrote, err := a.writePlacementStatus(ctx, key); !wrote || err != nil {
+	if wrote, err := a.writePlacementStatus(ctx, key, true); !wrote || err != nil {
 		t.Fatalf("past SaidFor, the status compared with the stale cache was not written: %v, %v", wrote, err)
 	}
-	if wrote, _ := a.writePlacementStatus(ctx, key); wrote {
+	if wrote, _ := a.writePlacementStatus(ctx, key, true); wrote {
 		t.Fatal("the write just made is not trusted")
 	}
 
@@ -350,7 +350,7 @@ func TestTheAgentsLastWriteStandsInOnlyForItsPlacementBrieflyAndTheLaterWriteIsK
 	a.mu.Lock()
 	l.said.uid = "an-earlier-placement"
 	a.mu.Unlock()
-	if wrote, err := a.writePlacementStatus(ctx, key); !wrote || err != nil {
+	if wrote, err := a.writePlacementStatus(ctx, key, true); !wrote || err != nil {
 		t.Fatalf("another placement's record stood in for this one's: %v, %v", wrote, err)
 	}
 	if s := said(); s.uid != before.UID {
@@ -363,7 +363,7 @@ func TestTheAgentsLastWriteStandsInOnlyForItsPlacementBrieflyAndTheLaterWriteIsK
 	l.said.rv = "999999999"
 	a.mu.Unlock()
 	a.setState(l, lanePaused, nil)
-	if wrote, err := a.writePlacementStatus(ctx, key); !wrote || err != nil {
+	if wrote, err := a.writePlacementStatus(ctx, key, true); !wrote || err != nil {
 		t.Fatalf("a change: %v, %v", wrote, err)
 	}
 	if s := said(); s.rv != "999999999" || s.status.Phase == v1.PhasePaused {

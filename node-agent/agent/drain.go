@@ -49,7 +49,7 @@ func (a *Agent) drain(ctx context.Context, reader client.Reader) []types.Namespa
 		l := a.lanes[key]
 		served := l != nil && l.state == laneReady
 		a.mu.Unlock()
-		if _, err := a.writePlacementStatus(ctx, key); err != nil {
+		if _, err := a.writePlacementStatus(ctx, key, true); err != nil {
 			a.cfg.Log.Info("could not mark a placement terminating; not waiting for it", "placement", key.String(), "error", err.Error())
 			continue
 		}

@@ -284,3 +284,74 @@ func TestThePlacementStatusNeverRevertsTheControllersConditions(t *testing.T) {
 		t.Errorf("the controller's NodeReady is gone: %+v", got.Status.Conditions)
 	}
 }
+
+// A placement's progress (the layers compiled, the prewarm's counts, the conditions' messages)
+// is written at most every PlacementProgressInterval; a change of phase, condition, shapes or
+// of the shape being compiled, within StatusInterval.
+func TestAPlacementsProgressIsCoalescedLongerThanItsPhase(t *testing.T) {
+	base := v1.LanePlacementStatus{Phase: v1.PhaseCompiling, ResidentShapes: []v1.Rung{128},
+		Compile:    &v1.CompileProgress{Rung: 256, LayersDone: 3, LayersTotal: 12},
+		Prewarm:    &v1.PrewarmSummary{State: "Running", Compiled: 1},
+		Conditions: []metav1.Condition{{Type: v1.ConditionReady, Status: metav1.ConditionFalse, Reason: "Compiling", Message: "compiling rung 256: 3 of 12 layers"}}}
+	for name, tc := range map[string]struct {
+		change   func(*v1.LanePlacementStatus)
+		progress bool
+	}{
+		"layers done":     {func(st *v1.LanePlacementStatus) { st.Compile.LayersDone = 4 }, true},
+		"predicted time":  {func(st *v1.LanePlacementStatus) { st.Compile.PredictedReadyTime = &metav1.Time{Time: epoch} }, true},
+		"prewarm counts":  {func(st *v1.LanePlacementStatus) { st.Prewarm.Compiled, st.Prewarm.Loaded = 2, []v1.Rung{128} }, true},
+		"message":         {func(st *v1.LanePlacementStatus) { st.Conditions[0].Message = "compiling rung 256: 4 of 12 layers" }, true},
+		"another rung":    {func(st *v1.LanePlacementStatus) { st.Compile.Rung = 512 }, false},
+		"compile done":    {func(st *v1.LanePlacementStatus) { st.Compile = nil }, false},
+		"resident shapes": {func(st *v1.LanePlacementStatus) { st.ResidentShapes = []v1.Rung{128, 256} }, false},
+		"phase":           {func(st *v1.LanePlacementStatus) { st.Phase = v1.PhaseReady }, false},
+		"prewarm state":   {func(st *v1.LanePlacementStatus) { st.Prewarm.State = "Done" }, false},
+		"condition":       {func(st *v1.LanePlacementStatus) { st.Conditions[0].Status = metav1.ConditionTrue }, false},
+		"fault": {func(st *v1.LanePlacementStatus) {
+			st.LastFault = &v1.Fault{Code: "engine_crashed", Message: "the worker exited"}
+		}, false},
+	} {
+		cur := *base.DeepCopy()
+		tc.change(&cur)
+		if got := placementProgressOnly(base, cur); got != tc.progress {
+			t.Errorf("%s: progress only %v, want %v", name, got, tc.progress)
+		}
+	}
+
+	// Through the status writer: a stored status that differs from the agent's in progress
+	// alone (here a condition's message) waits for PlacementProgressInterval.
+	p := testPlacement("gte")
+	a, clk, _ := newTestAgent(t, p)
+	loadReady(t, a, p)
+	ctx := context.Background()
+	book := newStatusBook()
+	a.statusPass(ctx, book)
+	key := client.ObjectKeyFromObject(p)
+	got := &v1.LanePlacement{}
+	if err := a.kube.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	ready := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady)
+	want := ready.Message
+	ready.Message = "an older progress report"
+	if err := a.kube.Status().Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	message := func() string {
+		t.Helper()
+		if err := a.kube.Get(ctx, key, got); err != nil {
+			t.Fatal(err)
+		}
+		return meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady).Message
+	}
+	clk.Step(a.cfg.StatusInterval)
+	a.statusPass(ctx, book)
+	if m := message(); m != "an older progress report" {
+		t.Fatalf("progress was written within %s: %q", PlacementProgressInterval, m)
+	}
+	clk.Step(PlacementProgressInterval)
+	a.statusPass(ctx, book)
+	if m := message(); m != want {
+		t.Fatalf("progress was not written after %s: %q, want %q", PlacementProgressInterval, m, want)
+	}
+}

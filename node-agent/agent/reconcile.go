@@ -279,7 +279,7 @@ func (r *reconciler) retire(ctx context.Context, p *v1.LanePlacement) error {
 	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 	l := a.entry(p)
 	a.setState(l, laneRetiring, nil)
-	a.writePlacementStatus(ctx, key) // say Retiring while the worker drains
+	a.writePlacementStatus(ctx, key, true) // say Retiring while the worker drains
 	a.unload(ctx, key, false)
 	if snap, loaded := a.sup.Snapshot(l.key); loaded && snap.Retiring {
 		// The unload gave up waiting (its context ended) before the worker's exit was

@@ -87,14 +87,17 @@ func startControlPlane(dir string) (*controlPlane, error) {
 	// it: at a thousand Macs on two cores that takes longer than envtest's default 20 s to
 	// be healthy (the full-size run's API server storm failed so), and a longer bound costs
 	// nothing when it starts quickly.
-	api := &envtest.APIServer{CertDir: certs, StartTimeout: 5 * time.Minute}
+	// envtest sets every component's StartTimeout to the Environment's ControlPlaneStartTimeout
+	// (sigs.k8s.io/controller-runtime pkg/envtest/server.go, Start), so the bound is set there:
+	// one set on the APIServer alone was overwritten with the 20 s default.
+	api := &envtest.APIServer{CertDir: certs}
 	api.Configure().Set("audit-policy-file", policy).Set("audit-log-path", cp.audit).
 		Set("audit-log-format", "json").
 		// A Service per lane: envtest's default range (a /24) holds 254, a real cluster's
 		// default a /12.
 		Set("service-cluster-ip-range", "10.96.0.0/12")
 	cp.env = &envtest.Environment{CRDDirectoryPaths: []string{testenv.CRDDir()}, ErrorIfCRDPathMissing: true,
-		ControlPlane: envtest.ControlPlane{APIServer: api}, ControlPlaneStopTimeout: 2 * time.Minute}
+		ControlPlane: envtest.ControlPlane{APIServer: api}, ControlPlaneStartTimeout: 5 * time.Minute, ControlPlaneStopTimeout: 2 * time.Minute}
 	cfg, err := cp.env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting the control plane (run 'make test' or 'make scale' so that KUBEBUILDER_ASSETS points at the binaries hack/envtest.sh builds): %w", err)
