@@ -78,6 +78,8 @@ type Options struct {
 	// NodeGracePeriod and NodeEvictionTimeout are the controller's (0: its defaults);
 	// LeaseDuration and StatusInterval are the agents' (0: theirs).
 	NodeGracePeriod, NodeEvictionTimeout, LeaseDuration, StatusInterval time.Duration
+	// PlacementProgressInterval is the agents' (0: theirs).
+	PlacementProgressInterval time.Duration
 	// Out receives every process's output, each line prefixed with the process's name.
 	Out io.Writer
 	// AnonymousAPI lets every caller into the Macs' API (--auth=none): make dev's choice, so
@@ -292,6 +294,9 @@ func (f *Fleet) StartMac(ctx context.Context, m Mac) error {
 	}
 	if f.opts.StatusInterval > 0 {
 		args = append(args, "--status-interval", f.opts.StatusInterval.String())
+	}
+	if f.opts.PlacementProgressInterval > 0 {
+		args = append(args, "--placement-progress-interval", f.opts.PlacementProgressInterval.String())
 	}
 	p, err := startProcess(m.Name, filepath.Join(f.opts.Bin, "synapse-agent"), args, m.Env, f.opts.Out)
 	if err != nil {

@@ -99,6 +99,9 @@ type Config struct {
 	LeaseDuration time.Duration
 	// StatusInterval is the least time between two status writes of one object.
 	StatusInterval time.Duration
+	// PlacementProgressInterval is the least time between two writes of a placement's status
+	// that only report progress (0: DefaultPlacementProgressInterval).
+	PlacementProgressInterval time.Duration
 	// CertifyObservation, if set, turns certify observation on: every StatusInterval the agent
 	// records the workers' inventories and the independent admission count there, as JSON,
 	// for synapse-certify. Ordinary serving leaves it empty and records nothing.
@@ -180,6 +183,9 @@ func New(cfg Config) *Agent {
 	}
 	if cfg.StatusInterval == 0 {
 		cfg.StatusInterval = time.Second
+	}
+	if cfg.PlacementProgressInterval == 0 {
+		cfg.PlacementProgressInterval = DefaultPlacementProgressInterval
 	}
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 10 * time.Second

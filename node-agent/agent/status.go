@@ -168,8 +168,7 @@ func (a *Agent) statusPass(ctx context.Context, book *statusBook) int {
 		if !book.due(key.String(), now, a.cfg.StatusInterval) {
 			continue
 		}
-		t, ok := book.wrote[key.String()]
-		wrote, err := a.writePlacementStatus(ctx, key, !ok || now.Sub(t) >= PlacementProgressInterval)
+		wrote, err := a.writePlacementStatus(ctx, key, book.due(key.String(), now, a.cfg.PlacementProgressInterval))
 		a.record(book, key.String(), now, wrote, err, "placement", key.String())
 		if wrote && err == nil {
 			n++
@@ -452,9 +451,10 @@ func ptrTime(t time.Time) *metav1.Time {
 // within StatusInterval.
 const NodeProgressInterval = 10 * time.Second
 
-// PlacementProgressInterval is the least time between two writes of a placement's status that
-// only report progress (the layers of the shape being compiled, its predicted time, the
-// prewarm's counts, the conditions' messages). The API server hands every placement write to
+// DefaultPlacementProgressInterval is the least time between two writes of a placement's status
+// that only report progress (the layers of the shape being compiled, its predicted time, the
+// prewarm's counts, the Ready condition's message that counts the layers); Config's
+// PlacementProgressInterval sets another. The API server hands every placement write to
 // every agent's placement watch and filters it there: its watch cache narrows an event's
 // watchers only by a trigger the resource's registry sets (k8s.io/apiserver
 // pkg/storage/cacher/cacher.go, indexedTrigger; Pods set spec.nodeName in kubernetes
@@ -463,10 +463,10 @@ const NodeProgressInterval = 10 * time.Second
 // write (make scale at 1,000 Macs: 14 placement status writes a second in the rollout, the
 // largest write stream after the Leases). A change of phase, condition, resident or cached
 // shapes, or fault is written within StatusInterval.
-const PlacementProgressInterval = 5 * time.Second
+const DefaultPlacementProgressInterval = 5 * time.Second
 
 // placementProgressOnly reports whether two placement statuses differ only in what
-// PlacementProgressInterval coalesces.
+// Config.PlacementProgressInterval coalesces.
 func placementProgressOnly(a, b v1.LanePlacementStatus) bool {
 	mask := func(st v1.LanePlacementStatus) v1.LanePlacementStatus {
 		if st.Compile != nil {
@@ -475,9 +475,14 @@ func placementProgressOnly(a, b v1.LanePlacementStatus) bool {
 		if st.Prewarm != nil {
 			st.Prewarm = &v1.PrewarmSummary{State: st.Prewarm.State}
 		}
+		// Of the conditions' messages only Ready's while compiling counts the layers; the others
+		// say why (which certificate is awaited, how the artifact was verified) and are
+		// written as they change.
 		st.Conditions = slices.Clone(st.Conditions)
-		for i := range st.Conditions {
-			st.Conditions[i].Message, st.Conditions[i].LastTransitionTime = "", metav1.Time{}
+		for i, c := range st.Conditions {
+			if c.Type == v1.ConditionReady && c.Reason == string(v1.PhaseCompiling) {
+				st.Conditions[i].Message = ""
+			}
 		}
 		return st
 	}

@@ -63,7 +63,7 @@ type options struct {
 	labels                                              map[string]string
 	simScale                                            float64
 	budget                                              int
-	leaseDuration, statusInterval                       time.Duration
+	leaseDuration, statusInterval, progressInterval     time.Duration
 	memoryLimit                                         string
 }
 
@@ -105,6 +105,8 @@ explicitly (--backend sim): an agent never switches to it on its own.`,
 	f.IntVar(&o.budget, "budget", 0, "the machine's layer executables (default 100)")
 	f.DurationVar(&o.leaseDuration, "lease-duration", 30*time.Second, "the node Lease's duration; it is renewed every third of it")
 	f.DurationVar(&o.statusInterval, "status-interval", time.Second, "the least time between two status writes of one object")
+	f.DurationVar(&o.progressInterval, "placement-progress-interval", agent.DefaultPlacementProgressInterval,
+		"the least time between two writes of a placement's status that only report progress (the layers compiled): each is sent to every agent's placement watch")
 	f.StringVar(&o.certifyObservation, "certify-observation", "", "backend certification only: record the workers' inventories and the independent admission count to this file every status interval, for synapse-certify")
 	f.StringVar(&o.auth, "auth", "kubernetes", "how API calls are let in: kubernetes (a bearer token the API server accepts for --auth-audience, and RBAC on cataloglanes/embeddings or cataloglanes/rerank) or none (every caller, as anonymous: a development fleet only)")
 	f.StringVar(&o.adminSocket, "admin-socket", "", "the Unix socket the admin API (POST /admin/pause, /admin/resume) is served on, to the agent's user only (default <state-dir>/admin.sock); never on --listen")
@@ -220,7 +222,7 @@ func run(cmd *cobra.Command, o options) error {
 		NodeName: o.nodeName, Labels: o.labels, Platform: platform,
 		Worker:       v1.NodeWorker{SigningIdentifier: o.signingID, BinaryDigest: v1.Sha256Digest(digest), ProtocolVersion: 3, Backend: v1.WorkerBackend(o.backend)},
 		ArtifactRoot: o.artifactRoot, ChipFamily: family, ConverterVersion: converter,
-		Budget: o.budget, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval, Address: o.advertise, Listen: o.listen, Host: host, LockPath: o.lockPath, Clock: clk, Log: log,
+		Budget: o.budget, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval, PlacementProgressInterval: o.progressInterval, Address: o.advertise, Listen: o.listen, Host: host, LockPath: o.lockPath, Clock: clk, Log: log,
 		CertifyObservation: o.certifyObservation,
 		Auth:               auth, AdminSocket: o.adminSocket, TLS: cert,
 	})

@@ -92,6 +92,8 @@ var _ = BeforeSuite(func() {
 		Assets: assets, Config: testenv.ConfigDir(), Bin: bin, Dir: GinkgoT().TempDir(), SimScale: 0.01, Out: out,
 		Macs:          []localfleet.Mac{macs["mac-a"], macs["mac-b"], macs["mac-c"], macs["mac-d"]},
 		LeaseDuration: 3 * time.Second, StatusInterval: 200 * time.Millisecond,
+		// The compiles here take a second or two: their layers are reported as they go.
+		PlacementProgressInterval: 200 * time.Millisecond,
 		// Short, so a lost Mac is noticed in seconds; the eviction timeout outlasts an API server
 		// restart, during which no Lease can be renewed.
 		NodeGracePeriod: 4 * time.Second, NodeEvictionTimeout: 20 * time.Second,
