@@ -217,18 +217,13 @@ func TestStatusWritesAreCoalescedAndOnlyWhenSomethingChanged(t *testing.T) {
 	}
 }
 
-// While the cache shows a placement from before the agent's own last write of its status (the
-// watch runs behind under load), the agent compares with what it wrote, not with the stale copy:
-// the same status is not applied again, a change is, and once the cache has caught up a status
-// someone else changed is compared as it now is.
-func TestAStatusIsNotAppliedAgainWhileTheCacheShowsThePlacementFromBeforeIt(t *testing.T) {
-	p := testPlacement("gte")
-	a, clk, writes := newTestAgent(t, p)
-	l := loadReady(t, a, p)
-	ctx := context.Background()
-	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+// freezeCachedPlacement reads the placement key as it is now and, while the returned flag is
+// set, has the agent's client answer that copy for it: a cache that has not seen what the
+// agent wrote since.
+func freezeCachedPlacement(t *testing.T, a *Agent, key types.NamespacedName) (*v1.LanePlacement, *atomic.Bool) {
+	t.Helper()
 	before := &v1.LanePlacement{}
-	if err := a.kube.Get(ctx, key, before); err != nil {
+	if err := a.kube.Get(context.Background(), key, before); err != nil {
 		t.Fatal(err)
 	}
 	var stale atomic.Bool
@@ -241,6 +236,20 @@ func TestAStatusIsNotAppliedAgainWhileTheCacheShowsThePlacementFromBeforeIt(t *t
 			return c.Get(ctx, k, obj, opts...)
 		},
 	})
+	return before, &stale
+}
+
+// While the cache shows a placement from before the agent's own last write of its status (the
+// watch runs behind under load), the agent compares with what it wrote, not with the stale copy:
+// the same status is not applied again, a change is, and once the cache has caught up a status
+// someone else changed is compared as it now is.
+func TestAStatusIsNotAppliedAgainWhileTheCacheShowsThePlacementFromBeforeIt(t *testing.T) {
+	p := testPlacement("gte")
+	a, clk, writes := newTestAgent(t, p)
+	l := loadReady(t, a, p)
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	_, stale := freezeCachedPlacement(t, a, key)
 	book := newStatusBook()
 	if n := a.statusPass(ctx, book); n != 2 {
 		t.Fatalf("the first pass wrote %d objects, want the node and the placement", n)
@@ -304,19 +313,8 @@ func TestTheAgentsLastWriteStandsInOnlyForItsPlacementBrieflyAndTheLaterWriteIsK
 	l := loadReady(t, a, p)
 	ctx := context.Background()
 	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-	before := &v1.LanePlacement{}
-	if err := a.kube.Get(ctx, key, before); err != nil {
-		t.Fatal(err)
-	}
-	a.kube = interceptor.NewClient(a.kube.(client.WithWatch), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if pl, ok := obj.(*v1.LanePlacement); ok && k == key {
-				before.DeepCopyInto(pl) // the cache never catches up
-				return nil
-			}
-			return c.Get(ctx, k, obj, opts...)
-		},
-	})
+	before, stale := freezeCachedPlacement(t, a, key)
+	stale.Store(true) // the cache never catches up
 	said := func() saidStatus {
 		a.mu.Lock()
 		defer a.mu.Unlock()
