@@ -165,7 +165,9 @@ func pidWithArg(arg string) (int, error) {
 	return 0, fmt.Errorf("no process has the argument %s", arg)
 }
 
-// requestCounts are API requests by "verb resource[/subresource]".
+// requestCounts are API requests by "verb resource[/subresource]"; those refused are counted
+// again under "throttled (429) ..." and "rejected by priority level ...", which name no verb, so
+// total never counts them twice.
 type requestCounts map[string]float64
 
 func (r requestCounts) minus(before requestCounts) requestCounts {
@@ -209,7 +211,15 @@ func (cp *controlPlane) apiRequests(ctx context.Context) (requestCounts, error) 
 		out[l["verb"]+" "+res] += m.GetCounter().GetValue()
 		if l["code"] == "429" {
 			out["throttled (429)"] += m.GetCounter().GetValue()
+			out["throttled (429) "+l["verb"]+" "+res] += m.GetCounter().GetValue()
 		}
+	}
+	// Which priority level refused them, and why (queue full, time out in queue, ...): the
+	// API server's own account (kubernetes/website content/en/docs/concepts/cluster-administration/
+	// flow-control.md, "apiserver_flowcontrol_rejected_requests_total").
+	for _, m := range families["apiserver_flowcontrol_rejected_requests_total"].GetMetric() {
+		l := labelsOf(m)
+		out["rejected by priority level "+l["priority_level"]+" ("+l["reason"]+")"] += m.GetCounter().GetValue()
 	}
 	return out, nil
 }
