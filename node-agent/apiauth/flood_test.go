@@ -108,14 +108,7 @@ func TestAFloodOfBadTokensCannotTakeEveryReviewSlot(t *testing.T) {
 	if n := reviews.of("good"); n != 2 {
 		t.Fatalf("the good token was reviewed %d times, want 2: its expired review was not made again", n)
 	}
-	close(reviews.held)
-	wg.Wait()
-	close(results)
-	for err := range results {
-		if err != nil {
-			t.Fatalf("a held review: %v", err)
-		}
-	}
+	reviews.release(t, &wg, results)
 }
 
 // Once refused tokens have spent the refusals' budget, a token not known good is answered
@@ -279,6 +272,20 @@ func (r *tokenReviews) Create(_ context.Context, tr *authenticationv1.TokenRevie
 	return out, nil
 }
 
+// release lets the held reviews finish, waits for their callers (wg), and fails t if any of them
+// reported an error on results.
+func (r *tokenReviews) release(t *testing.T, wg *sync.WaitGroup, results chan error) {
+	t.Helper()
+	close(r.held)
+	wg.Wait()
+	close(results)
+	for err := range results {
+		if err != nil {
+			t.Fatalf("a held review: %v", err)
+		}
+	}
+}
+
 func (r *tokenReviews) of(token string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -331,12 +338,5 @@ func TestABurstFromOneSourceIsReviewedAtMostABurstAtOnce(t *testing.T) {
 	if got := <-reviews.started; got != "held-other" {
 		t.Fatalf("review started for %s, want held-other", got)
 	}
-	close(reviews.held)
-	wg.Wait()
-	close(results)
-	for err := range results {
-		if err != nil {
-			t.Fatalf("a held review: %v", err)
-		}
-	}
+	reviews.release(t, &wg, results)
 }
