@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -289,6 +290,9 @@ type auditEvent struct {
 	At       time.Time
 	Verb     string
 	Resource string // resource[/subresource]
+	// Manager is a patch's or apply's field manager (its fieldManager parameter), which says
+	// which controller wrote a status two of them write parts of.
+	Manager string
 	// Namespace and Name of the object written.
 	Namespace, Name string
 }
@@ -321,6 +325,7 @@ func (a *auditLog) read() error {
 			ObjectRef *struct {
 				Resource, Subresource, Namespace, Name string
 			} `json:"objectRef"`
+			RequestURI               string    `json:"requestURI"`
 			RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
 		}
 		if json.Unmarshal(line, &e) != nil || e.ObjectRef == nil || e.Stage != "ResponseComplete" {
@@ -330,13 +335,20 @@ func (a *auditLog) read() error {
 		if e.ObjectRef.Subresource != "" {
 			res += "/" + e.ObjectRef.Subresource
 		}
-		a.all = append(a.all, auditEvent{At: e.RequestReceivedTimestamp, Verb: e.Verb, Resource: res,
+		var manager string
+		if e.Verb == "patch" {
+			if u, err := url.Parse(e.RequestURI); err == nil {
+				manager = u.Query().Get("fieldManager")
+			}
+		}
+		a.all = append(a.all, auditEvent{At: e.RequestReceivedTimestamp, Verb: e.Verb, Resource: res, Manager: manager,
 			Namespace: e.ObjectRef.Namespace, Name: e.ObjectRef.Name})
 	}
 	return nil
 }
 
-// between returns the controllers' writes received in [from, to), by "verb resource";
+// between returns the controllers' writes received in [from, to), by "verb resource", and for
+// a patch "verb resource (field manager)";
 // leader-election writes (the Lease in the controller's namespace, and the events about it) are
 // left to leaderElection.
 func (a *auditLog) between(from, to time.Time) requestCounts {
@@ -350,7 +362,11 @@ func (a *auditLog) between(from, to time.Time) requestCounts {
 		if e.Namespace == controllerNamespace && (e.Resource == "leases" || e.Resource == "events") {
 			continue
 		}
-		out[strings.ToUpper(e.Verb)+" "+e.Resource]++
+		key := strings.ToUpper(e.Verb) + " " + e.Resource
+		if e.Manager != "" {
+			key += " (" + e.Manager + ")"
+		}
+		out[key]++
 	}
 	return out
 }

@@ -400,6 +400,7 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 	}
 	rep.Rollout.PlacedSeconds = time.Since(start).Seconds()
 	f.logf("placed in %.1fs", rep.Rollout.PlacedSeconds)
+	f.heapProfile(ctx, "controller-placed.heap.pprof")
 	err = f.waitFor(ctx, "every lane Ready", 30*time.Minute, func() (bool, string) {
 		st, err := f.state()
 		if err != nil {
@@ -412,6 +413,7 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 	}
 	rep.Rollout.ReadySeconds = time.Since(start).Seconds()
 	f.logf("Ready in %.1fs", rep.Rollout.ReadySeconds)
+	f.heapProfile(ctx, "controller-ready.heap.pprof")
 	err = f.waitFor(ctx, "every lane's Service", 30*time.Minute, func() (bool, string) {
 		st, err := f.state()
 		if err != nil {
@@ -452,6 +454,17 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 	rep.Rollout.ControllerWritesPerPlacement = (rep.Rollout.ControllerWrites.total(writeVerbs...)) / placements
 	rep.Rollout.ReconcilesPerLane = (reconciles(cm, "lane.placement") - reconcilesBefore) / float64(len(f.lanes))
 	return nil
+}
+
+// heapProfile saves the controller's heap profile beside the report, when profiles are asked
+// for: with every lane placed, and with every lane Ready, where its caches hold the whole fleet.
+func (f *fleet) heapProfile(ctx context.Context, name string) {
+	if f.sc.Profile == "" {
+		return
+	}
+	if err := f.ctrl.heapProfile(ctx, filepath.Join(f.sc.Profile, name)); err != nil {
+		f.logf("the controller's heap profile %s: %v", name, err)
+	}
 }
 
 func perSecond(c requestCounts, d time.Duration) map[string]float64 {
