@@ -32,13 +32,17 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ck-synapse/synapse-fleet/internal/manifests"
 )
 
 // controllerNamespace holds the controller's ServiceAccount and its leader-election Lease.
@@ -96,7 +100,10 @@ type controllerProcess struct {
 	peakBefore int64
 }
 
-func newControllerProcess(bin, kubeconfig, logPath string, grace, eviction time.Duration, evictionRate float64) *controllerProcess {
+// memoryLimit is the manager container's memory limit: the controller keeps its heap under a
+// share of it as in its Deployment, where it reads the limit from its cgroup (a process here
+// has none to read).
+func newControllerProcess(bin, kubeconfig, logPath string, grace, eviction time.Duration, evictionRate float64, memoryLimit string) *controllerProcess {
 	c := &controllerProcess{bin: bin, kubeconfig: kubeconfig, logPath: logPath,
 		metricsAddr: freeAddr(), pprofAddr: freeAddr()}
 	c.args = []string{"--kubeconfig", kubeconfig, "--leader-elect=true", "--leader-election-namespace", controllerNamespace,
@@ -112,11 +119,35 @@ func newControllerProcess(bin, kubeconfig, logPath string, grace, eviction time.
 		// authenticated (the default).
 		"--metrics-secure=false",
 		// The Macs' addresses (advertisedRange): published in the lanes' EndpointSlices.
-		"--endpoint-cidrs", advertisedRange.String()}
+		"--endpoint-cidrs", advertisedRange.String(), "--memory-limit", memoryLimit}
 	if evictionRate > 0 {
 		c.args = append(c.args, "--node-eviction-rate", strconv.FormatFloat(evictionRate, 'g', -1, 64))
 	}
 	return c
+}
+
+// deployedMemoryLimit reads the memory limit of the manager container of the Deployment in the
+// manifest at path.
+func deployedMemoryLimit(path string) (string, error) {
+	objs, err := manifests.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		var d appsv1.Deployment
+		if err := kruntime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+			return "", err
+		}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok && c.Name == "manager" {
+				return q.String(), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("%s has no Deployment whose manager container has a memory limit", path)
 }
 
 func freeAddr() string {
@@ -267,7 +298,13 @@ func (c *controllerProcess) profile(ctx context.Context, seconds int, path strin
 	return saveProfile(ctx, http.DefaultClient, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.pprofAddr, seconds), path)
 }
 
-// saveProfile writes the CPU profile a /debug/pprof/profile URL answers, through hc, to path.
+// heapProfile saves the controller's heap profile (after a garbage collection, so it holds what
+// is live) to path.
+func (c *controllerProcess) heapProfile(ctx context.Context, path string) error {
+	return saveProfile(ctx, http.DefaultClient, fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", c.pprofAddr), path)
+}
+
+// saveProfile writes the profile a /debug/pprof URL answers, through hc, to path.
 func saveProfile(ctx context.Context, hc *http.Client, url, path string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

@@ -151,7 +151,11 @@ func startFleet(ctx context.Context, sc fleetScenario) (f *fleet, err error) {
 	if err := controllerKubeconfig(ctx, f.cp, kubeconfig); err != nil {
 		return f, err
 	}
-	f.ctrl = newControllerProcess(bin, kubeconfig, filepath.Join(sc.Dir, "controller.log"), sc.Grace, sc.Eviction, sc.EvictionRate)
+	memory, err := deployedMemoryLimit(filepath.Join(repoRoot(), "config/manager/manager.yaml"))
+	if err != nil {
+		return f, err
+	}
+	f.ctrl = newControllerProcess(bin, kubeconfig, filepath.Join(sc.Dir, "controller.log"), sc.Grace, sc.Eviction, sc.EvictionRate, memory)
 	if err := f.ctrl.start(); err != nil {
 		return f, err
 	}

@@ -299,8 +299,10 @@ func (c *Controller) setReady(ctx context.Context, node *v1.MacNode, status meta
 // markPlacements writes the NodeReady condition of the node's placements: False on every one
 // while the node is Unknown; back to True, on those marked, once it is renewed again.
 func (c *Controller) markPlacements(ctx context.Context, node *v1.MacNode, ready bool, message string) error {
+	// Every Lease renewal of every node comes here: the cache's objects are read as they are,
+	// and only one to be written is copied (client.UnsafeDisableDeepCopy: never mutate them).
 	var placements v1.LanePlacementList
-	if err := c.kube.List(ctx, &placements, client.MatchingFields{v1.FieldPlacementNode: node.Name}); err != nil {
+	if err := c.kube.List(ctx, &placements, client.MatchingFields{v1.FieldPlacementNode: node.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
 	status, reason := metav1.ConditionFalse, v1.PlacementReasonNodeUnknown
@@ -308,12 +310,12 @@ func (c *Controller) markPlacements(ctx context.Context, node *v1.MacNode, ready
 		status, reason = metav1.ConditionTrue, v1.PlacementReasonNodeReady
 	}
 	for i := range placements.Items {
-		p := &placements.Items[i]
-		cond := meta.FindStatusCondition(p.Status.Conditions, v1.PlacementConditionNodeReady)
+		cond := meta.FindStatusCondition(placements.Items[i].Status.Conditions, v1.PlacementConditionNodeReady)
 		if (ready && (cond == nil || cond.Status == metav1.ConditionTrue)) || (!ready && cond != nil && cond.Status == metav1.ConditionFalse) {
 			continue
 		}
-		stored := p.DeepCopy()
+		stored := placements.Items[i].DeepCopy()
+		p := stored.DeepCopy()
 		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1.PlacementConditionNodeReady, Status: status, Reason: reason,
 			Message: message, ObservedGeneration: p.Generation, LastTransitionTime: metav1.NewTime(c.clk.Now())})
 		// Optimistic: a write of the agent's in between is retried, never overwritten.
@@ -334,8 +336,9 @@ const noLease = "none yet"
 // returns the renewal as written, for the status message, and whether it is one this
 // controller saw change (false for the first it saw of the node).
 func (c *Controller) lastRenewal(ctx context.Context, name string, now time.Time) (time.Time, string, bool, error) {
+	// Read only (sawRenewal), as the cache holds it: every renewal of every node is read here.
 	lease := &coordinationv1.Lease{}
-	err := c.kube.Get(ctx, client.ObjectKey{Namespace: LeaseNamespace, Name: name}, lease)
+	err := c.kube.Get(ctx, client.ObjectKey{Namespace: LeaseNamespace, Name: name}, lease, client.UnsafeDisableDeepCopy)
 	switch {
 	case apierrors.IsNotFound(err):
 		lease = nil

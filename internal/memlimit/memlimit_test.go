@@ -1,0 +1,91 @@
+/*
+Copyright 2026 The Synapse Fleet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package memlimit
+
+import (
+	"math"
+	"runtime/debug"
+	"testing"
+	"testing/fstest"
+)
+
+func TestTheContainersLimitIsReadFromEitherCgroupVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files fstest.MapFS
+		want  int64
+		err   bool
+	}{
+		{"cgroup v2 with a limit", fstest.MapFS{"memory.max": {Data: []byte("268435456\n")}}, 268435456, false},
+		{"cgroup v2 without one", fstest.MapFS{"memory.max": {Data: []byte("max\n")}}, 0, false},
+		{"cgroup v1 with a limit", fstest.MapFS{"memory/memory.limit_in_bytes": {Data: []byte("536870912\n")}}, 536870912, false},
+		{"cgroup v1 without one", fstest.MapFS{"memory/memory.limit_in_bytes": {Data: []byte("9223372036854771712\n")}}, 0, false},
+		{"v2 is read before v1", fstest.MapFS{"memory.max": {Data: []byte("1048576")}, "memory/memory.limit_in_bytes": {Data: []byte("2097152")}}, 1048576, false},
+		{"no cgroup", fstest.MapFS{}, 0, false},
+		{"not a number", fstest.MapFS{"memory.max": {Data: []byte("lots\n")}}, 0, true},
+		{"not positive", fstest.MapFS{"memory.max": {Data: []byte("0\n")}}, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := FromCgroup(tc.files)
+			if (err != nil) != tc.err {
+				t.Fatalf("error %v, want one: %v", err, tc.err)
+			}
+			if got != tc.want {
+				t.Fatalf("limit %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTheSoftLimitIsTheRatioOfALimitAndNoneWithout(t *testing.T) {
+	for _, tc := range []struct {
+		limit int64
+		ratio float64
+		want  int64
+	}{
+		{256 << 20, 0.9, 241591910},
+		{256 << 20, 1, 256 << 20},
+		{0, 0.9, 0},
+		{256 << 20, 0, 0},
+		{256 << 20, 1.5, 0},
+		{256 << 20, math.NaN(), 0},
+	} {
+		if got := Soft(tc.limit, tc.ratio); got != tc.want {
+			t.Errorf("Soft(%d, %g) = %d, want %d", tc.limit, tc.ratio, got, tc.want)
+		}
+	}
+}
+
+func TestApplySetsTheRuntimesLimitUnlessGOMEMLIMITWasGiven(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+
+	t.Setenv("GOMEMLIMIT", "") // as unset, for the runtime too; restored after the test
+	if got, set := Apply(200 << 20); !set || got != 200<<20 || debug.SetMemoryLimit(-1) != 200<<20 {
+		t.Fatalf("Apply(200Mi) = %d, %v; runtime limit %d", got, set, debug.SetMemoryLimit(-1))
+	}
+	debug.SetMemoryLimit(math.MaxInt64)
+	if got, set := Apply(0); set || got != math.MaxInt64 {
+		t.Fatalf("Apply(0) = %d, %v: no limit must leave the runtime's", got, set)
+	}
+
+	t.Setenv("GOMEMLIMIT", "300MiB")
+	debug.SetMemoryLimit(300 << 20) // as the runtime took it at start
+	if got, set := Apply(200 << 20); set || got != 300<<20 {
+		t.Fatalf("Apply with GOMEMLIMIT given = %d, %v: the operator's limit must stand", got, set)
+	}
+}
