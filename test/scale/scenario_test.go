@@ -387,7 +387,7 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 		return err
 	}
 	rep.Rollout.AppliedSeconds = time.Since(start).Seconds()
-	f.logf("applied in %.1fs", rep.Rollout.AppliedSeconds)
+	f.logf("applied in %.1fs (%s)", rep.Rollout.AppliedSeconds, f.controllerPeak())
 	err = f.waitFor(ctx, "every lane placed", 30*time.Minute, func() (bool, string) {
 		st, err := f.state()
 		if err != nil {
@@ -399,7 +399,7 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 		return err
 	}
 	rep.Rollout.PlacedSeconds = time.Since(start).Seconds()
-	f.logf("placed in %.1fs", rep.Rollout.PlacedSeconds)
+	f.logf("placed in %.1fs (%s)", rep.Rollout.PlacedSeconds, f.controllerPeak())
 	f.heapProfile(ctx, "controller-placed.heap.pprof")
 	err = f.waitFor(ctx, "every lane Ready", 30*time.Minute, func() (bool, string) {
 		st, err := f.state()
@@ -412,7 +412,7 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 		return err
 	}
 	rep.Rollout.ReadySeconds = time.Since(start).Seconds()
-	f.logf("Ready in %.1fs", rep.Rollout.ReadySeconds)
+	f.logf("Ready in %.1fs (%s)", rep.Rollout.ReadySeconds, f.controllerPeak())
 	f.heapProfile(ctx, "controller-ready.heap.pprof")
 	err = f.waitFor(ctx, "every lane's Service", 30*time.Minute, func() (bool, string) {
 		st, err := f.state()
@@ -426,7 +426,7 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 	}
 	end := time.Now()
 	rep.Rollout.ServicedSeconds = end.Sub(start).Seconds()
-	f.logf("every lane's Service in %.1fs", rep.Rollout.ServicedSeconds)
+	f.logf("every lane's Service in %.1fs (%s)", rep.Rollout.ServicedSeconds, f.controllerPeak())
 	profiling.Wait()
 
 	after, err := f.cp.apiRequests(ctx)
@@ -454,6 +454,16 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 	rep.Rollout.ControllerWritesPerPlacement = (rep.Rollout.ControllerWrites.total(writeVerbs...)) / placements
 	rep.Rollout.ReconcilesPerLane = (reconciles(cm, "lane.placement") - reconcilesBefore) / float64(len(f.lanes))
 	return nil
+}
+
+// controllerPeak says the controller's peak resident set so far, so that the report's peak can
+// be placed in the run.
+func (f *fleet) controllerPeak() string {
+	_, peak, err := f.ctrl.usage()
+	if err != nil {
+		return "controller peak RSS unknown: " + err.Error()
+	}
+	return fmt.Sprintf("controller peak RSS so far %.0f MiB", float64(peak)/(1<<20))
 }
 
 // heapProfile saves the controller's heap profile beside the report, when profiles are asked

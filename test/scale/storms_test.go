@@ -102,7 +102,7 @@ func (f *fleet) stormKill(ctx context.Context, rep *report, dead map[string]bool
 		return s, err
 	}
 	s.ReplacedSeconds = time.Since(start).Seconds()
-	f.logf("re-placed in %.1fs", s.ReplacedSeconds)
+	f.logf("re-placed in %.1fs (%s)", s.ReplacedSeconds, f.controllerPeak())
 	if err := f.waitFor(ctx, "every lane Ready again", limit, func() (bool, string) { return f.settled(dead) }); err != nil {
 		return s, err
 	}
@@ -165,7 +165,8 @@ func (f *fleet) stormAPIServer(ctx context.Context, rep *report, dead map[string
 	return s, f.endStorm(ctx, &s, rep, requestCounts{}, start)
 }
 
-// endStorm records a storm's time to reconverge and the writes it cost beyond the steady rate.
+// endStorm records a storm's time to reconverge and the writes it cost beyond the steady rate
+// of the Macs alive.
 func (f *fleet) endStorm(ctx context.Context, s *storm, rep *report, before requestCounts, start time.Time) error {
 	s.ReconvergeSeconds = time.Since(start).Seconds()
 	select {
@@ -182,14 +183,17 @@ func (f *fleet) endStorm(ctx context.Context, s *storm, rep *report, before requ
 	s.APIRequests = d
 	s.APIWrites = d.total(writeVerbs...)
 	if rep.Steady.WindowSeconds > 0 {
-		s.ExtraAPIWrites = s.APIWrites - rep.Steady.APIWrites/rep.Steady.WindowSeconds*end.Sub(start).Seconds()
+		// At rest the fleet writes its Lease renewals and nothing else, one stream per Mac: after
+		// Macs were killed, what is steady is the renewals of those still alive.
+		alive := float64(f.sc.Nodes-len(f.dead)) / float64(f.sc.Nodes)
+		s.ExtraAPIWrites = s.APIWrites - rep.Steady.APIWrites/rep.Steady.WindowSeconds*alive*end.Sub(start).Seconds()
 	}
 	if err := f.audit.read(); err != nil {
 		return err
 	}
 	s.ControllerWrites = f.audit.between(start, end)
 	s.LeaderElectionWrites = f.audit.leaderElection(start, end)
-	f.logf("%s: reconverged in %.1fs, %.0f API writes (%.0f over the steady rate), controller writes %v (until %s after)",
-		s.Name, s.ReconvergeSeconds, s.APIWrites, s.ExtraAPIWrites, s.ControllerWrites, writeTail)
+	f.logf("%s: reconverged in %.1fs, %.0f API writes (%.0f over the steady rate), controller writes %v (until %s after; %s)",
+		s.Name, s.ReconvergeSeconds, s.APIWrites, s.ExtraAPIWrites, s.ControllerWrites, writeTail, f.controllerPeak())
 	return nil
 }
