@@ -17,6 +17,9 @@ limitations under the License.
 package lifecycle_test
 
 import (
+	"context"
+	"fmt"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -26,8 +29,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
 	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
 )
 
@@ -168,6 +173,44 @@ var _ = Describe("Eviction", func() {
 			Expect(exists(ps[0])).To(BeFalse(), "a Mac still lost after the partition healed is evicted")
 			Expect(exists(ps[1])).To(BeTrue())
 			Expect(exists(ps[2])).To(BeTrue())
+		})
+	})
+
+	Context("when a lost Mac holds several placements", func() {
+		It("should release them at once, not one after the other", func() {
+			// Each delete waits until all of the node's placements are being released at once;
+			// released one after the other, the first would wait for the rest, which never come.
+			var inflight atomic.Int32
+			together := make(chan struct{})
+			evictor := lifecycle.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+				Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+					if inflight.Add(1) == lifecycle.ReleaseParallelism {
+						close(together)
+					}
+					select {
+					case <-together:
+					case <-time.After(time.Minute):
+						return fmt.Errorf("%d of the node's %d placements released at once after a minute", inflight.Load(), lifecycle.ReleaseParallelism)
+					}
+					return c.Delete(ctx, obj, opts...)
+				},
+			}), recorder)
+			controller = evictor // before the fleet, so that it has seen every node renew
+			nodes, ps := fleetOf(5)
+			for i := range lifecycle.ReleaseParallelism - 1 {
+				p := ps[0].DeepCopy()
+				p.ObjectMeta = metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", ps[0].Name, i), Namespace: p.Namespace, Labels: p.Labels, Finalizers: p.Finalizers}
+				Expect(kube.Create(ctx, p)).To(Succeed())
+				ps = append(ps, p)
+			}
+			lose(nodes, map[int]bool{0: true})
+			Expect(exists(ps[0])).To(BeFalse())
+			for _, p := range ps[5:] {
+				Expect(exists(p)).To(BeFalse(), "placement %s of the lost node is still there", p.Name)
+			}
+			for _, p := range ps[1:5] {
+				Expect(exists(p)).To(BeTrue())
+			}
 		})
 	})
 
