@@ -457,13 +457,24 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 }
 
 // controllerPeak says the controller's peak resident set so far, so that the report's peak can
-// be placed in the run.
+// be placed in the run, and its resident set now, anonymous (its Go heap and stacks) apart from
+// file-backed (its binary's pages, which its Go memory limit does not count).
 func (f *fleet) controllerPeak() string {
 	_, peak, err := f.ctrl.usage()
 	if err != nil {
 		return "controller peak RSS unknown: " + err.Error()
 	}
-	return fmt.Sprintf("controller peak RSS so far %.0f MiB", float64(peak)/(1<<20))
+	now := ""
+	if f.ctrl.cmd != nil && f.ctrl.cmd.Process != nil {
+		if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", f.ctrl.cmd.Process.Pid)); err == nil {
+			for _, line := range strings.Split(string(status), "\n") {
+				if name, value, ok := strings.Cut(line, ":"); ok && (name == "RssAnon" || name == "RssFile") {
+					now += fmt.Sprintf(", %s %s", name, strings.TrimSpace(value))
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("controller peak RSS so far %.0f MiB%s", float64(peak)/(1<<20), now)
 }
 
 // heapProfile saves the controller's heap profile beside the report, when profiles are asked
