@@ -77,8 +77,8 @@ func main() {
 	flag.Float64Var(&opts.UnhealthyThreshold, "unhealthy-threshold", lifecycle.DefaultUnhealthyThreshold,
 		"share of unreachable nodes (at least 3, or all of them) from which evictions stop until the fleet is reachable again")
 	flag.Float64Var(&memoryRatio, "memory-limit-ratio", 0.9,
-		"share of the memory limit the Go heap is kept under, collecting garbage harder as it nears it (the runtime's soft limit; GOMEMLIMIT, when set, stands instead); 0 leaves the runtime's default")
-	flag.StringVar(&memoryLimit, "memory-limit", "", "the memory limit to take that share of (a quantity: 256Mi); empty reads the container's (its cgroup's)")
+		"share of the memory limit the Go runtime's memory (heap, stacks) is kept under, collecting garbage harder as it nears it (the runtime's soft limit; GOMEMLIMIT, when set, stands instead); 0 leaves the runtime's default")
+	flag.StringVar(&memoryLimit, "memory-limit", "", "the memory limit to take that share of (a quantity of at least 32Mi: 256Mi); empty reads the container's (its cgroup's, or the least of those above it)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -175,8 +175,8 @@ func ownNamespace(leaderElectionNS string) string {
 	return "synapse-system"
 }
 
-// limitMemory keeps the Go heap under ratio of the memory limit: the one given, else the
-// container's. Without it the runtime lets the heap reach twice what is live before
+// limitMemory keeps the Go runtime's memory under ratio of the memory limit: the one given,
+// else the container's. Without it the runtime lets the heap reach twice what is live before
 // collecting, and a controller at a thousand Macs passed its Deployment's 256Mi.
 func limitMemory(given string, ratio float64) error {
 	log := ctrl.Log.WithName("setup")
@@ -184,20 +184,31 @@ func limitMemory(given string, ratio float64) error {
 		return fmt.Errorf("--memory-limit-ratio %g is not a share from 0 to 1", ratio)
 	}
 	var limit int64
+	source := "--memory-limit"
 	if given != "" {
+		// Below this the collector would run without pause: 256 (bytes) meant as 256Mi, say.
+		const floor = 32 << 20
 		q, err := resource.ParseQuantity(given)
-		if err != nil || q.Value() <= 0 {
-			return fmt.Errorf("%q is not a memory limit (a positive quantity: 256Mi)", given)
+		if err != nil || q.Value() < floor {
+			return fmt.Errorf("--memory-limit %q is not a memory limit of at least 32Mi (a quantity: 256Mi)", given)
 		}
 		limit = q.Value()
 	} else {
+		source = "the container's cgroup"
+		self, _ := os.ReadFile("/proc/self/cgroup") // none: the cgroup filesystem's root is read
 		var err error
-		if limit, err = memlimit.FromCgroup(os.DirFS("/sys/fs/cgroup")); err != nil {
-			log.Error(err, "the container's memory limit cannot be read; the Go heap is left to its default")
+		if limit, err = memlimit.FromCgroup(os.DirFS("/sys/fs/cgroup"), string(self)); err != nil {
+			log.Error(err, "the container's memory limit cannot be read; the Go runtime's memory is left to its default")
 		}
 	}
-	if soft, set := memlimit.Apply(memlimit.Soft(limit, ratio)); set {
-		log.Info("the Go heap is kept under its share of the memory limit", "limit", limit, "ratio", ratio, "soft", soft)
+	soft, set := memlimit.Apply(memlimit.Soft(limit, ratio))
+	switch {
+	case set:
+		log.Info("the Go runtime's memory is kept under its share of the memory limit", "limit", limit, "from", source, "ratio", ratio, "soft", soft)
+	case os.Getenv("GOMEMLIMIT") != "":
+		log.Info("the Go runtime's memory limit is GOMEMLIMIT's", "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"), "soft", soft)
+	default:
+		log.Info("no memory limit found or none asked for: the Go runtime's memory is left to its default", "limit", limit, "ratio", ratio)
 	}
 	return nil
 }

@@ -14,17 +14,18 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package memlimit keeps a process's Go heap under its container's memory limit.
+// Package memlimit keeps the memory a Go process's runtime manages (its heap, stacks and their
+// bookkeeping) under a share of its container's memory limit.
 //
 // The Go runtime does not know the container's limit: left to its default (GOGC=100) it lets
 // the heap grow to twice what is live before collecting, and keeps freed pages a while, so a
-// controller whose caches hold 90 MB at a thousand Macs reached 330 MiB of RSS, past the 256Mi
-// its Deployment allows: the kernel would have killed it. A soft limit a little under the
-// container's makes it collect harder and return memory as it nears the limit instead. That is
-// the runtime's memory limit (GOMEMLIMIT), used as the Go GC guide suggests (golang/website,
-// _content/doc/gc-guide.html, "Suggested uses": take advantage of it where the program alone
-// holds a container's memory, leaving 5-10 % of headroom for memory the runtime does not
-// see).
+// controller with about 65 MB live at a thousand Macs reached 330 MiB of RSS, past the 256Mi its
+// Deployment allows. A soft limit a little under the container's makes the runtime collect
+// harder and return freed memory as it nears it; only memory that is live past the limit can
+// still take the process to the kernel's. That is the runtime's memory limit (GOMEMLIMIT), used
+// as the Go GC guide suggests (golang/website, _content/doc/gc-guide.html, "Suggested uses":
+// take advantage of it where the program alone holds a container's memory, leaving 5-10 % of
+// headroom for memory the runtime does not see).
 package memlimit
 
 import (
@@ -33,49 +34,101 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 )
 
-// The files that hold the limit of the cgroup a containerised process runs in, relative to
-// /sys/fs/cgroup: cgroup v2's memory.max ("max" for none), or cgroup v1's
-// memory.limit_in_bytes (a page-rounded MaxInt64 for none). A container runtime mounts its
-// own cgroup there.
+// The files that hold a cgroup's memory limit, under its directory in the cgroup filesystem
+// (/sys/fs/cgroup): cgroup v2's memory.max ("max" for none), or cgroup v1's
+// memory.limit_in_bytes, under the memory controller's hierarchy (a page-rounded MaxInt64 for
+// none). The kernel documents both: Documentation/admin-guide/cgroup-v2.rst, "memory.max", and
+// Documentation/admin-guide/cgroup-v1/memory.rst.
 const (
 	v2File = "memory.max"
-	v1File = "memory/memory.limit_in_bytes"
+	v1Dir  = "memory"
+	v1File = "memory.limit_in_bytes"
 )
 
 // unlimitedV1 is the least value cgroup v1 reports for no limit (MaxInt64 rounded down to a
 // page); anything from a pebibyte up is taken as none.
 const unlimitedV1 = 1 << 50
 
-// FromCgroup returns the memory limit of the cgroup mounted at cgroup (os.DirFS of
-// /sys/fs/cgroup in a container); zero when it sets none or there is no cgroup to read.
-func FromCgroup(cgroup fs.FS) (int64, error) {
-	for _, name := range []string{v2File, v1File} {
-		b, err := fs.ReadFile(cgroup, name)
-		if errors.Is(err, fs.ErrNotExist) {
+// FromCgroup returns the memory limit the process runs under: the least limit set on its
+// cgroup or on any cgroup above it (a container's, or a pod's around it), read from the cgroup
+// filesystem cgroup (os.DirFS of /sys/fs/cgroup). self is what /proc/self/cgroup says, which
+// names the process's cgroup in each hierarchy: in a container with a cgroup namespace of its
+// own that is the root, "/"; without one, the whole path from the host's root. It returns zero
+// when no limit is set or there is nothing to read.
+func FromCgroup(cgroup fs.FS, self string) (int64, error) {
+	v2, v1 := "/", "/"
+	for _, line := range strings.Split(self, "\n") {
+		// hierarchy-ID:controller-list:cgroup-path
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 {
 			continue
 		}
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			v2 = parts[2]
+		case slices.Contains(strings.Split(parts[1], ","), "memory"):
+			v1 = parts[2]
+		}
+	}
+	if limit, err := leastAbove(cgroup, "", v2, v2File); err != nil || limit > 0 {
+		return limit, err
+	}
+	return leastAbove(cgroup, v1Dir, v1, v1File)
+}
+
+// leastAbove is the least limit in file over the cgroup at path under root and every cgroup
+// above it; zero for none.
+func leastAbove(cgroup fs.FS, root, cgPath, file string) (int64, error) {
+	// A path outside the namespace's view (shown as ../..) is read from the namespace's root.
+	dir := path.Clean("/" + cgPath)
+	if strings.Contains(cgPath, "..") {
+		dir = "/"
+	}
+	var least int64
+	for {
+		name := path.Join(root, strings.TrimPrefix(dir, "/"), file)
+		limit, err := read(cgroup, name)
 		if err != nil {
 			return 0, err
 		}
-		s := strings.TrimSpace(string(b))
-		if s == "max" {
-			return 0, nil
+		if limit > 0 && (least == 0 || limit < least) {
+			least = limit
 		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n <= 0 {
-			return 0, fmt.Errorf("cgroup %s reads %q, not a byte count", name, s)
+		if dir == "/" {
+			return least, nil
 		}
-		if n >= unlimitedV1 {
-			return 0, nil
-		}
-		return n, nil
+		dir = path.Dir(dir)
 	}
-	return 0, nil
+}
+
+// read is the limit in one cgroup file: zero when it sets none or does not exist.
+func read(cgroup fs.FS, name string) (int64, error) {
+	b, err := fs.ReadFile(cgroup, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "max" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("cgroup %s reads %q, not a byte count", name, s)
+	}
+	if n >= unlimitedV1 {
+		return 0, nil
+	}
+	return n, nil
 }
 
 // Soft is the soft limit for a container limit: ratio of it, or none (zero) when there is no

@@ -24,23 +24,42 @@ import (
 )
 
 func TestTheContainersLimitIsReadFromEitherCgroupVersion(t *testing.T) {
+	const nsRoot = "0::/\n" // a cgroup namespace of the container's own: it is the root
 	for _, tc := range []struct {
 		name  string
 		files fstest.MapFS
+		self  string
 		want  int64
 		err   bool
 	}{
-		{"cgroup v2 with a limit", fstest.MapFS{"memory.max": {Data: []byte("268435456\n")}}, 268435456, false},
-		{"cgroup v2 without one", fstest.MapFS{"memory.max": {Data: []byte("max\n")}}, 0, false},
-		{"cgroup v1 with a limit", fstest.MapFS{"memory/memory.limit_in_bytes": {Data: []byte("536870912\n")}}, 536870912, false},
-		{"cgroup v1 without one", fstest.MapFS{"memory/memory.limit_in_bytes": {Data: []byte("9223372036854771712\n")}}, 0, false},
-		{"v2 is read before v1", fstest.MapFS{"memory.max": {Data: []byte("1048576")}, "memory/memory.limit_in_bytes": {Data: []byte("2097152")}}, 1048576, false},
-		{"no cgroup", fstest.MapFS{}, 0, false},
-		{"not a number", fstest.MapFS{"memory.max": {Data: []byte("lots\n")}}, 0, true},
-		{"not positive", fstest.MapFS{"memory.max": {Data: []byte("0\n")}}, 0, true},
+		{"cgroup v2 with a limit", fstest.MapFS{"memory.max": {Data: []byte("268435456\n")}}, nsRoot, 268435456, false},
+		{"cgroup v2 without one", fstest.MapFS{"memory.max": {Data: []byte("max\n")}}, nsRoot, 0, false},
+		{"cgroup v1 with a limit", fstest.MapFS{"memory/memory.limit_in_bytes": {Data: []byte("536870912\n")}}, "4:memory:/\n", 536870912, false},
+		{"cgroup v1 without one", fstest.MapFS{"memory/memory.limit_in_bytes": {Data: []byte("9223372036854771712\n")}}, "4:memory:/\n", 0, false},
+		{"v2 is read before v1", fstest.MapFS{"memory.max": {Data: []byte("1048576")}, "memory/memory.limit_in_bytes": {Data: []byte("2097152")}},
+			"4:cpu,memory:/\n0::/\n", 1048576, false},
+		{"no cgroup", fstest.MapFS{}, "", 0, false},
+		{"nothing said of the process's cgroup: the root's", fstest.MapFS{"memory.max": {Data: []byte("1048576")}}, "", 1048576, false},
+		// Without a cgroup namespace of its own the process sees the host's hierarchy, whose
+		// root has no memory.max: the limit is on its container's cgroup, or on the pod's above.
+		{"v2 without a namespace: the container's", fstest.MapFS{
+			"kubepods/pod1/memory.max":     {Data: []byte("max")},
+			"kubepods/pod1/ctr/memory.max": {Data: []byte("268435456")},
+		}, "0::/kubepods/pod1/ctr\n", 268435456, false},
+		{"v2 without a namespace: the least of the pod's and the container's", fstest.MapFS{
+			"kubepods/pod1/memory.max":     {Data: []byte("134217728")},
+			"kubepods/pod1/ctr/memory.max": {Data: []byte("268435456")},
+		}, "0::/kubepods/pod1/ctr\n", 134217728, false},
+		{"v1 without a namespace", fstest.MapFS{
+			"memory/docker/abc/memory.limit_in_bytes": {Data: []byte("268435456")},
+			"memory/memory.limit_in_bytes":            {Data: []byte("9223372036854771712")},
+		}, "12:pids:/docker/abc\n4:memory:/docker/abc\n0::/docker/abc\n", 268435456, false},
+		{"a path outside the namespace's view is read from its root", fstest.MapFS{"memory.max": {Data: []byte("1048576")}}, "0::/../..\n", 1048576, false},
+		{"not a number", fstest.MapFS{"memory.max": {Data: []byte("lots\n")}}, nsRoot, 0, true},
+		{"not positive", fstest.MapFS{"memory.max": {Data: []byte("0\n")}}, nsRoot, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := FromCgroup(tc.files)
+			got, err := FromCgroup(tc.files, tc.self)
 			if (err != nil) != tc.err {
 				t.Fatalf("error %v, want one: %v", err, tc.err)
 			}

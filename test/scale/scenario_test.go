@@ -314,7 +314,8 @@ type phase struct {
 	// APIRequestsPerSecond by "VERB resource", from every client.
 	APIRequestsPerSecond map[string]float64 `json:"apiRequestsPerSecond"`
 	APIWrites            float64            `json:"apiWrites"`
-	// ControllerWrites by "VERB resource", from the audit log; LeaderElectionWrites apart.
+	// ControllerWrites by "VERB resource" (a patch with its field manager: "VERB resource
+	// (manager)"), from the audit log; LeaderElectionWrites apart.
 	ControllerWrites             requestCounts `json:"controllerWrites"`
 	LeaderElectionWrites         int           `json:"leaderElectionWrites"`
 	ControllerWritesPerPlacement float64       `json:"controllerWritesPerPlacement,omitempty"`

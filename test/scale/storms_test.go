@@ -183,8 +183,9 @@ func (f *fleet) endStorm(ctx context.Context, s *storm, rep *report, before requ
 	s.APIRequests = d
 	s.APIWrites = d.total(writeVerbs...)
 	if rep.Steady.WindowSeconds > 0 {
-		// At rest the fleet writes its Lease renewals and nothing else, one stream per Mac: after
-		// Macs were killed, what is steady is the renewals of those still alive.
+		// At rest the writes are the Macs' Lease renewals, one stream per Mac, and a few of the
+		// control plane's and the controller's own Leases: after Macs were killed, what is steady
+		// is mostly the renewals of those still alive.
 		alive := float64(f.sc.Nodes-len(f.dead)) / float64(f.sc.Nodes)
 		s.ExtraAPIWrites = s.APIWrites - rep.Steady.APIWrites/rep.Steady.WindowSeconds*alive*end.Sub(start).Seconds()
 	}

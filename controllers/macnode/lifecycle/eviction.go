@@ -18,7 +18,9 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -205,36 +207,52 @@ func (c *Controller) releaseDeleted(ctx context.Context, node string) error {
 	})
 }
 
-// ReleaseParallelism is how many of one node's placements are released at once. Each release
-// is two writes (the finalizer's removal, the delete); one after the other, a node's five to
+// ReleaseParallelism is how many of one node's placements are released at once. A release is
+// up to two writes (the finalizer's removal, the delete); one after the other, a node's five to
 // eleven placements took seconds on a busy API server, and a tenth of a thousand Macs lost at
 // once were evicted at that pace rather than at the eviction rate.
 const ReleaseParallelism = 8
 
 // releaseEach releases the node's placements that which picks, up to ReleaseParallelism at a
-// time, calling released after each. After a failure the releases not yet begun are given up
-// (the next reconcile lists what is left); it returns the first error.
+// time, calling released after each. A release under way when another fails is finished (a
+// finalizer removed and its placement left undeleted would be neither released nor counted);
+// those not yet begun are given up, for the next reconcile to list again. It returns every
+// failure.
 func (c *Controller) releaseEach(ctx context.Context, node string, which func(*v1.LanePlacement) bool, released func(*v1.LanePlacement)) error {
 	var placements v1.LanePlacementList
 	if err := c.kube.List(ctx, &placements, client.MatchingFields{v1.FieldPlacementNode: node}); err != nil {
 		return err
 	}
-	g, ctx := errgroup.WithContext(ctx)
+	var (
+		g      errgroup.Group
+		mu     sync.Mutex
+		failed []error
+	)
 	g.SetLimit(ReleaseParallelism)
 	for i := range placements.Items {
 		p := &placements.Items[i]
 		if !which(p) {
 			continue
 		}
+		mu.Lock()
+		stop := len(failed) > 0
+		mu.Unlock()
+		if stop {
+			break
+		}
 		g.Go(func() error {
 			if err := c.release(ctx, p); err != nil {
-				return err
+				mu.Lock()
+				failed = append(failed, fmt.Errorf("releasing placement %s/%s: %w", p.Namespace, p.Name, err))
+				mu.Unlock()
+				return nil
 			}
 			released(p)
 			return nil
 		})
 	}
-	return g.Wait()
+	_ = g.Wait() // every failure is in failed
+	return errors.Join(failed...)
 }
 
 // release removes the placement's retirement finalizer and deletes it.

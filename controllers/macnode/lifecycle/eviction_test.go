@@ -19,6 +19,7 @@ package lifecycle_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -177,27 +178,34 @@ var _ = Describe("Eviction", func() {
 	})
 
 	Context("when a lost Mac holds several placements", func() {
-		It("should release them at once, not one after the other", func() {
-			// Each delete waits until all of the node's placements are being released at once;
-			// released one after the other, the first would wait for the rest, which never come.
-			var inflight atomic.Int32
+		It("should release them at once, up to ReleaseParallelism, and say so for each", func() {
+			Expect(lifecycle.ReleaseParallelism).To(BeNumerically(">", 1))
+			// Each delete waits until ReleaseParallelism of the node's placements are being
+			// released at once; released one after the other, the first would wait for the
+			// rest, which never come. The node holds two more than that, released as slots free.
+			var inflight, peak atomic.Int32
 			together := make(chan struct{})
+			var once sync.Once
 			evictor := lifecycle.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
 				Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-					if inflight.Add(1) == lifecycle.ReleaseParallelism {
-						close(together)
+					n := inflight.Add(1)
+					defer inflight.Add(-1)
+					for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
+					}
+					if n == lifecycle.ReleaseParallelism {
+						once.Do(func() { close(together) })
 					}
 					select {
 					case <-together:
 					case <-time.After(time.Minute):
-						return fmt.Errorf("%d of the node's %d placements released at once after a minute", inflight.Load(), lifecycle.ReleaseParallelism)
+						return fmt.Errorf("%d of the node's placements released at once after a minute, not %d", inflight.Load(), lifecycle.ReleaseParallelism)
 					}
 					return c.Delete(ctx, obj, opts...)
 				},
 			}), recorder)
 			controller = evictor // before the fleet, so that it has seen every node renew
 			nodes, ps := fleetOf(5)
-			for i := range lifecycle.ReleaseParallelism - 1 {
+			for i := range lifecycle.ReleaseParallelism + 1 {
 				p := ps[0].DeepCopy()
 				p.ObjectMeta = metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", ps[0].Name, i), Namespace: p.Namespace, Labels: p.Labels, Finalizers: p.Finalizers}
 				Expect(kube.Create(ctx, p)).To(Succeed())
@@ -211,6 +219,14 @@ var _ = Describe("Eviction", func() {
 			for _, p := range ps[1:5] {
 				Expect(exists(p)).To(BeTrue())
 			}
+			Expect(peak.Load()).To(BeEquivalentTo(lifecycle.ReleaseParallelism), "never more releases at once than ReleaseParallelism")
+			lost := 0
+			for len(recorder.Events) > 0 {
+				if e := <-recorder.Events; containsAll(e, "NodeLost", "forced away") {
+					lost++
+				}
+			}
+			Expect(lost).To(Equal(lifecycle.ReleaseParallelism+2), "one event per placement forced away")
 		})
 	})
 
