@@ -293,6 +293,9 @@ type auditEvent struct {
 	// Manager is a patch's or apply's field manager (its fieldManager parameter), which says
 	// which controller wrote a status two of them write parts of.
 	Manager string
+	// Code is the answer's HTTP status: a write refused (a create of a name that exists, a
+	// conflict) is counted apart from one that wrote.
+	Code int
 	// Namespace and Name of the object written.
 	Namespace, Name string
 }
@@ -325,7 +328,10 @@ func (a *auditLog) read() error {
 			ObjectRef *struct {
 				Resource, Subresource, Namespace, Name string
 			} `json:"objectRef"`
-			RequestURI               string    `json:"requestURI"`
+			RequestURI     string `json:"requestURI"`
+			ResponseStatus *struct {
+				Code int `json:"code"`
+			} `json:"responseStatus"`
 			RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
 		}
 		if json.Unmarshal(line, &e) != nil || e.ObjectRef == nil || e.Stage != "ResponseComplete" {
@@ -341,14 +347,18 @@ func (a *auditLog) read() error {
 				manager = u.Query().Get("fieldManager")
 			}
 		}
-		a.all = append(a.all, auditEvent{At: e.RequestReceivedTimestamp, Verb: e.Verb, Resource: res, Manager: manager,
+		code := 0
+		if e.ResponseStatus != nil {
+			code = e.ResponseStatus.Code
+		}
+		a.all = append(a.all, auditEvent{At: e.RequestReceivedTimestamp, Verb: e.Verb, Resource: res, Manager: manager, Code: code,
 			Namespace: e.ObjectRef.Namespace, Name: e.ObjectRef.Name})
 	}
 	return nil
 }
 
-// between returns the controllers' writes received in [from, to), by "verb resource", and for
-// a patch "verb resource (field manager)";
+// between returns the controllers' writes received in [from, to), by "verb resource", for a
+// patch "verb resource (field manager)", and for a write refused "... refused CODE";
 // leader-election writes (the Lease in the controller's namespace, and the events about it) are
 // left to leaderElection.
 func (a *auditLog) between(from, to time.Time) requestCounts {
@@ -365,6 +375,9 @@ func (a *auditLog) between(from, to time.Time) requestCounts {
 		key := strings.ToUpper(e.Verb) + " " + e.Resource
 		if e.Manager != "" {
 			key += " (" + e.Manager + ")"
+		}
+		if e.Code >= 300 {
+			key += " refused " + strconv.Itoa(e.Code)
 		}
 		out[key]++
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -248,7 +249,7 @@ func (f *fleet) startView(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, o := range []client.Object{&v1.CatalogLane{}, &v1.LanePlacement{}, &v1.MacNode{}, &coordinationv1.Lease{}} {
+	for _, o := range []client.Object{&v1.CatalogLane{}, &v1.LanePlacement{}, &v1.MacNode{}, &coordinationv1.Lease{}, &discoveryv1.EndpointSlice{}} {
 		if _, err := view.GetInformer(ctx, o); err != nil {
 			return err
 		}

@@ -162,9 +162,12 @@ func BenchmarkHollowFleet(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	if os.Getenv("SCALE_KEEP") != "" {
+		fmt.Printf("the run's directory, kept: %s\n", dir)
+	}
 	defer func() {
-		if !b.Failed() {
-			os.RemoveAll(dir) // a failed run's logs stay for a look
+		if !b.Failed() && os.Getenv("SCALE_KEEP") == "" {
+			os.RemoveAll(dir) // a failed run's logs stay for a look, and any run's with SCALE_KEEP set
 		}
 	}()
 	reportPath := os.Getenv("SCALE_REPORT")
@@ -202,7 +205,7 @@ func printReport(w io.Writer, rep *report) {
 		rep.Nodes, rep.Lanes, rep.Spread.Placements, rep.Spread.LanesPerNodeMin, rep.Spread.LanesPerNodeMax,
 		100*rep.Spread.ChargedShareMin, 100*rep.Spread.ChargedShareMax)
 	r := rep.Rollout
-	fmt.Fprintf(w, "rollout: applied %.1fs, placed %.1fs, Ready %.1fs, every Service %.1fs; controller writes/placement %.2f (%v); API writes/placement %.2f (all clients); reconciles/lane %.2f\n",
+	fmt.Fprintf(w, "rollout: applied %.1fs, placed %.1fs, Ready %.1fs, callable through the Services %.1fs; controller writes/placement %.2f (%v); API writes/placement %.2f (all clients); reconciles/lane %.2f\n",
 		r.AppliedSeconds, r.PlacedSeconds, r.ReadySeconds, r.ServicedSeconds, r.ControllerWritesPerPlacement, r.ControllerWrites, r.APIWritesPerPlacement, r.ReconcilesPerLane)
 	fmt.Fprintf(w, "rollout API requests/s: %v\n", r.APIRequestsPerSecond)
 	fmt.Fprintf(w, "steady-state API requests/s: %v\n", rep.Steady.APIRequestsPerSecond)

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 )
 
 // namespaces the lanes are spread over, as teams would have them.
@@ -112,6 +114,8 @@ type state struct {
 	placements []v1.LanePlacement // live ones
 	lanes      map[string]*v1.CatalogLane
 	nodes      map[string]*v1.MacNode
+	// endpoints counts, per lane ("namespace/name"), the ready endpoints its EndpointSlices list.
+	endpoints map[string]int
 }
 
 func (f *fleet) state() (*state, error) {
@@ -128,7 +132,22 @@ func (f *fleet) state() (*state, error) {
 	if err := f.view.List(ctx, &ns, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
-	st := &state{lanes: map[string]*v1.CatalogLane{}, nodes: map[string]*v1.MacNode{}}
+	var eps discoveryv1.EndpointSliceList
+	if err := f.view.List(ctx, &eps, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	st := &state{lanes: map[string]*v1.CatalogLane{}, nodes: map[string]*v1.MacNode{}, endpoints: map[string]int{}}
+	for _, sl := range eps.Items {
+		lane := sl.Labels[discoveryv1.LabelServiceName]
+		if sl.Labels[discoveryv1.LabelManagedBy] != endpoints.ManagedBy || lane == "" {
+			continue
+		}
+		for _, e := range sl.Endpoints {
+			if e.Conditions.Ready != nil && *e.Conditions.Ready {
+				st.endpoints[sl.Namespace+"/"+lane]++
+			}
+		}
+	}
 	for _, p := range ps.Items {
 		if p.DeletionTimestamp.IsZero() {
 			st.placements = append(st.placements, p)
@@ -172,16 +191,25 @@ func (st *state) ready(lanes []*v1.CatalogLane) (bool, string) {
 	return notReady == 0, fmt.Sprintf("%d of %d lanes not Ready", notReady, len(lanes))
 }
 
-// serviced reports whether every lane has its Service and EndpointSlices (ServiceReady).
+// serviced reports whether every lane is callable through its Service: the Service and its
+// EndpointSlices are the controller's (ServiceReady), and the slices list a ready endpoint for
+// each of the lane's Ready replicas. ServiceReady alone says the slices are written, not that
+// they list the replicas that became Ready since.
 func (st *state) serviced(lanes []*v1.CatalogLane) (bool, string) {
-	missing := 0
+	missing, unlisted := 0, 0
 	for _, l := range lanes {
-		got := st.lanes[l.Namespace+"/"+l.Name]
-		if got == nil || !meta.IsStatusConditionTrue(got.Status.Conditions, v1.LaneConditionServiceReady) {
+		key := l.Namespace + "/" + l.Name
+		got := st.lanes[key]
+		switch {
+		case got == nil || !meta.IsStatusConditionTrue(got.Status.Conditions, v1.LaneConditionServiceReady):
 			missing++
+		case st.endpoints[key] < int(got.Status.ReadyReplicas):
+			// Callable through its Service only once its EndpointSlices list each Ready replica.
+			unlisted++
 		}
 	}
-	return missing == 0, fmt.Sprintf("%d of %d lanes without their Service", missing, len(lanes))
+	return missing+unlisted == 0, fmt.Sprintf("%d of %d lanes without their Service, %d whose EndpointSlices list fewer ready endpoints than their Ready replicas",
+		missing, len(lanes), unlisted)
 }
 
 // spread is where the lanes went.
@@ -415,7 +443,7 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 	rep.Rollout.ReadySeconds = time.Since(start).Seconds()
 	f.logf("Ready in %.1fs (%s)", rep.Rollout.ReadySeconds, f.controllerPeak())
 	f.heapProfile(ctx, "controller-ready.heap.pprof")
-	err = f.waitFor(ctx, "every lane's Service", 30*time.Minute, func() (bool, string) {
+	err = f.waitFor(ctx, "every lane callable through its Service", 30*time.Minute, func() (bool, string) {
 		st, err := f.state()
 		if err != nil {
 			return false, err.Error()
@@ -427,7 +455,7 @@ func (f *fleet) rollout(ctx context.Context, rep *report) error {
 	}
 	end := time.Now()
 	rep.Rollout.ServicedSeconds = end.Sub(start).Seconds()
-	f.logf("every lane's Service in %.1fs (%s)", rep.Rollout.ServicedSeconds, f.controllerPeak())
+	f.logf("every lane callable through its Service in %.1fs (%s)", rep.Rollout.ServicedSeconds, f.controllerPeak())
 	profiling.Wait()
 
 	after, err := f.cp.apiRequests(ctx)
