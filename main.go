@@ -26,7 +26,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -78,7 +77,7 @@ func main() {
 		"share of unreachable nodes (at least 3, or all of them) from which evictions stop until the fleet is reachable again")
 	flag.Float64Var(&memoryRatio, "memory-limit-ratio", 0.9,
 		"share of the memory limit the Go runtime's memory (heap, stacks) is kept under, collecting garbage harder as it nears it (the runtime's soft limit; GOMEMLIMIT, when set, stands instead); 0 leaves the runtime's default")
-	flag.StringVar(&memoryLimit, "memory-limit", "", "the memory limit to take that share of (a quantity of at least 32Mi: 256Mi); empty reads the container's (its cgroup's, or the least of those above it)")
+	flag.StringVar(&memoryLimit, "memory-limit", "", "the memory limit to take that share of (a quantity of at least 16Mi: 256Mi; 0 for none); empty reads the container's (its cgroup's, or the least of those above it)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -186,13 +185,10 @@ func limitMemory(given string, ratio float64) error {
 	var limit int64
 	source := "--memory-limit"
 	if given != "" {
-		// Below this the collector would run without pause: 256 (bytes) meant as 256Mi, say.
-		const floor = 32 << 20
-		q, err := resource.ParseQuantity(given)
-		if err != nil || q.Value() < floor {
-			return fmt.Errorf("--memory-limit %q is not a memory limit of at least 32Mi (a quantity: 256Mi)", given)
+		var err error
+		if limit, err = memlimit.Parse("--memory-limit", given); err != nil {
+			return err
 		}
-		limit = q.Value()
 	} else {
 		source = "the container's cgroup"
 		self, _ := os.ReadFile("/proc/self/cgroup") // none: the cgroup filesystem's root is read
@@ -205,7 +201,7 @@ func limitMemory(given string, ratio float64) error {
 	switch {
 	case set:
 		log.Info("the Go runtime's memory is kept under its share of the memory limit", "limit", limit, "from", source, "ratio", ratio, "soft", soft)
-	case os.Getenv("GOMEMLIMIT") != "":
+	case memlimit.FromEnv():
 		log.Info("the Go runtime's memory limit is GOMEMLIMIT's", "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"), "soft", soft)
 	default:
 		log.Info("no memory limit found or none asked for: the Go runtime's memory is left to its default", "limit", limit, "ratio", ratio)

@@ -39,6 +39,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // The files that hold a cgroup's memory limit, under its directory in the cgroup filesystem
@@ -140,11 +142,35 @@ func Soft(limit int64, ratio float64) int64 {
 	return int64(float64(limit) * ratio)
 }
 
+// Min is the least limit a flag may give: a quantity read as milli-bytes ("512m" is half a
+// byte, not 512 MiB) or as bytes ("256" meant as 256Mi) would have the collector run without end.
+const Min = 16 << 20
+
+// Parse reads a memory limit given to flag as a quantity (512Mi, 1Gi): its bytes, zero for
+// "0" (none). A value that is not a quantity, or is under Min, is refused, saying how to write it.
+func Parse(flag, value string) (int64, error) {
+	q, err := resource.ParseQuantity(value)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: %w", flag, value, err)
+	}
+	if q.IsZero() {
+		return 0, nil
+	}
+	if limit := q.Value(); limit >= Min {
+		return limit, nil
+	}
+	return 0, fmt.Errorf("%s %q: a limit is at least 16Mi (write mebibytes as Mi, gibibytes as Gi; 0 for none)", flag, value)
+}
+
+// FromEnv reports whether the process was started with GOMEMLIMIT, which the runtime has
+// already applied (the runtime takes "" as unset).
+func FromEnv() bool { return os.Getenv("GOMEMLIMIT") != "" }
+
 // Apply sets the runtime's soft memory limit to soft, unless the process was started with
 // GOMEMLIMIT (the runtime took that already, and an operator's word stands) or soft is zero.
 // It returns the limit in force afterwards (math.MaxInt64 for none) and whether it set it.
 func Apply(soft int64) (int64, bool) {
-	if os.Getenv("GOMEMLIMIT") != "" || soft <= 0 {
+	if FromEnv() || soft <= 0 {
 		return debug.SetMemoryLimit(-1), false
 	}
 	debug.SetMemoryLimit(soft)

@@ -108,3 +108,16 @@ func TestApplySetsTheRuntimesLimitUnlessGOMEMLIMITWasGiven(t *testing.T) {
 		t.Fatalf("Apply with GOMEMLIMIT given = %d, %v: the operator's limit must stand", got, set)
 	}
 }
+
+func TestParseTakesAQuantityOfAtLeastMinAndZeroForNone(t *testing.T) {
+	for value, want := range map[string]int64{"0": 0, "16Mi": Min, "256Mi": 256 << 20, "1Gi": 1 << 30} {
+		if got, err := Parse("--memory-limit", value); err != nil || got != want {
+			t.Errorf("Parse(%q) = %d, %v; want %d", value, got, err, want)
+		}
+	}
+	for _, bad := range []string{"lots", "-1Mi", "512m", "256", "1Ki", "15Mi"} {
+		if got, err := Parse("--memory-limit", bad); err == nil {
+			t.Errorf("Parse(%q) took %d", bad, got)
+		}
+	}
+}

@@ -17,13 +17,12 @@ limitations under the License.
 package agentcmd
 
 import (
-	"fmt"
 	"math"
-	"os"
 	"runtime/debug"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/ck-synapse/synapse-fleet/internal/memlimit"
 )
 
 // DefaultMemoryLimit is the agent's soft memory limit unless --memory-limit or GOMEMLIMIT says
@@ -33,29 +32,21 @@ import (
 // operator sets one that fits it (the Go runtime's GC guide, "Memory limit").
 const DefaultMemoryLimit = "0"
 
-// MinMemoryLimit is the least limit taken: a quantity read as milli-bytes ("512m" is half a
-// byte, not 512 MiB) would have the collector run without end.
-const MinMemoryLimit = 16 << 20
-
 // memoryLimit sets the Go runtime's soft memory limit from --memory-limit (a quantity, "0" for
 // none). The flag's default gives way to GOMEMLIMIT when that is set; a flag given explicitly
 // wins over both. It returns the limit in force, in bytes (math.MaxInt64 for none).
 func memoryLimit(value string, explicit bool, log logr.Logger) (int64, error) {
-	if !explicit && os.Getenv("GOMEMLIMIT") != "" {
+	if !explicit && memlimit.FromEnv() {
 		limit := debug.SetMemoryLimit(-1) // read, not changed: the runtime applied GOMEMLIMIT
 		log.Info("the soft memory limit is GOMEMLIMIT's", "bytes", limit)
 		return limit, nil
 	}
-	q, err := resource.ParseQuantity(value)
+	limit, err := memlimit.Parse("--memory-limit", value)
 	if err != nil {
-		return 0, fmt.Errorf("--memory-limit %q: %w", value, err)
+		return 0, err
 	}
-	limit := q.Value()
-	switch {
-	case limit == 0 && q.IsZero():
+	if limit == 0 {
 		limit = math.MaxInt64
-	case limit < MinMemoryLimit:
-		return 0, fmt.Errorf("--memory-limit %q: a limit is at least 16Mi (write mebibytes as Mi, gibibytes as Gi; 0 for none)", value)
 	}
 	debug.SetMemoryLimit(limit)
 	if limit != math.MaxInt64 {
