@@ -230,6 +230,36 @@ var _ = Describe("Eviction", func() {
 		})
 	})
 
+	Context("when a release's delete fails after its finalizer was removed", func() {
+		It("should say so, and release the placement on the next pass", func() {
+			var failed atomic.Bool
+			controller = lifecycle.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+				Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+					if failed.CompareAndSwap(false, true) {
+						return fmt.Errorf("the API server went away")
+					}
+					return c.Delete(ctx, obj, opts...)
+				},
+			}), recorder)
+			nodes, ps := fleetOf(5)
+			for range 7 { // as lose, but the lost node's pass is checked for its error
+				clk.Step(time.Minute)
+				for _, n := range nodes[1:] {
+					renew(n)
+				}
+			}
+			_, err := controller.Reconcile(ctx, requestFor(nodes[0]))
+			Expect(err).To(MatchError(ContainSubstring("the API server went away")))
+			Expect(exists(ps[0])).To(BeTrue(), "its delete failed")
+			clk.Step(time.Minute) // past the brake's next token and the API failure's grace
+			for _, n := range nodes[1:] {
+				renew(n)
+			}
+			reconcileNode(nodes[0])
+			Expect(exists(ps[0])).To(BeFalse(), "released on the next pass, its finalizer already gone")
+		})
+	})
+
 	Context("when two of ten Macs are lost at once", func() {
 		It("should evict one at a time, at the eviction rate", func() {
 			nodes, ps := fleetOf(10)
