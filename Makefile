@@ -64,8 +64,9 @@ vet: ## Run go vet, here and for darwin/arm64 (the real Neural Engine path).
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go vet ./...
 
 .PHONY: test
-test: envtest vet ## Run every test suite (unit, envtest, e2e) with the race detector.
+test: envtest vet ## Run every test suite (unit, envtest, e2e) with the race detector, and the HTTP benchmark briefly (its answers checked).
 	go test $(GO_TEST_FLAGS) ./...
+	go test -run '^$$' -bench '^BenchmarkEmbeddingsOverHTTP$$' -benchtime 20x ./test/bench
 
 .PHONY: audit
 audit: envtest ## Run every test docs/no-silent-fallback.md names (go test -json): fail on any missing, skipped or failed.

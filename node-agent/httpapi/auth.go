@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"k8s.io/apiserver/pkg/authentication/user"
 
@@ -56,10 +57,22 @@ var public = map[string]bool{"/healthz": true, "/readyz": true}
 
 type callerKey struct{}
 
+// arrivalKey holds when a call arrived (ServeHTTP): its deadline runs from then, the review of
+// its token included.
+type arrivalKey struct{}
+
+// arrival is when the call on ctx arrived; now for a call ServeHTTP did not see arrive.
+func (s *Server) arrival(ctx context.Context) time.Time {
+	if t, ok := ctx.Value(arrivalKey{}).(time.Time); ok {
+		return t
+	}
+	return s.cfg.Clock.Now()
+}
+
 // admit authenticates r, and authorizes it when it asks for /metrics; a call to a lane is
 // authorized once its lanes are known (authorizeLanes). It answers and returns false for a
-// call it does not let in.
-func (s *Server) admit(w http.ResponseWriter, r **http.Request) bool {
+// call it does not let in. The caller and the call's arrival go into r's context.
+func (s *Server) admit(w http.ResponseWriter, r **http.Request, arrived time.Time) bool {
 	req := *r
 	if public[req.URL.Path] {
 		return true
@@ -86,7 +99,7 @@ func (s *Server) admit(w http.ResponseWriter, r **http.Request) bool {
 		writeError(w, &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: s.tokenHint()})
 		return false
 	}
-	*r = req.WithContext(context.WithValue(req.Context(), callerKey{}, u))
+	*r = req.WithContext(context.WithValue(context.WithValue(req.Context(), callerKey{}, u), arrivalKey{}, arrived))
 	if req.URL.Path == "/metrics" {
 		if err := s.authorize(req.Context(), u, apiauth.Access{Path: "/metrics"}, "get "+req.URL.Path); err != nil {
 			writeError(w, fromError(err))

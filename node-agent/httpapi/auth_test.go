@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	"k8s.io/apiserver/pkg/authentication/user"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -271,5 +272,53 @@ func TestAnAccessReviewEndsAtTheCallsDeadline(t *testing.T) {
 	s.ServeHTTP(rec, req)
 	if rec.Code != http.StatusGatewayTimeout || !strings.Contains(rec.Body.String(), `"code":"deadline_exceeded"`) {
 		t.Fatalf("answered %d %s, want 504 deadline_exceeded", rec.Code, rec.Body)
+	}
+}
+
+// steppingAuth allows every call, and its review of a token takes step of the fake clock.
+type steppingAuth struct {
+	clk  *clocktesting.FakeClock
+	step time.Duration
+}
+
+func (a steppingAuth) AuthenticateRequest(*http.Request) (user.Info, bool, string, error) {
+	a.clk.Step(a.step)
+	return &user.DefaultInfo{Name: "someone"}, true, "", nil
+}
+
+func (steppingAuth) Authorize(context.Context, user.Info, apiauth.Access) (bool, string, error) {
+	return true, "", nil
+}
+
+// TestACallsDeadlineRunsFromItsArrival: the review of the caller's token counts against the
+// call's deadline on its lane, as every later wait does. A review that took 7 s leaves the
+// lane's run 23 s of a 30 s deadline, timed from the call's arrival; one that took the whole
+// deadline is answered deadline_exceeded before anything runs.
+func TestACallsDeadlineRunsFromItsArrival(t *testing.T) {
+	l := testLane("quick", "embed", []int{128})
+	l.Deadline = 30 * time.Second
+	for _, tc := range []struct {
+		review time.Duration
+		code   int
+	}{{7 * time.Second, http.StatusOK}, {31 * time.Second, http.StatusGatewayTimeout}} {
+		clk := clocktesting.NewFakeClock(epoch)
+		runner := &fakeRunner{}
+		s := New(Config{Node: "mac-1", Catalog: laneCatalog{l}, Runner: runner, Clock: clk, Auth: steppingAuth{clk: clk, step: tc.review}, Log: testr.New(t)})
+		req := httptest.NewRequest(http.MethodPost, "/v1/embeddings", strings.NewReader(`{"model":"team/quick","input":"a text"}`))
+		req.Header.Set("Authorization", "Bearer t")
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code != tc.code {
+			t.Fatalf("a review of %s: answered %d %s, want %d", tc.review, rec.Code, rec.Body, tc.code)
+		}
+		if tc.code != http.StatusOK {
+			if !strings.Contains(rec.Body.String(), `"code":"deadline_exceeded"`) || len(runner.calls) != 0 {
+				t.Fatalf("a review past the deadline: %s, %d runs; want deadline_exceeded and none", rec.Body, len(runner.calls))
+			}
+			continue
+		}
+		if len(runner.deadlines) != 1 || !runner.deadlines[0].Equal(epoch.Add(l.Deadline)) {
+			t.Fatalf("the run's deadline %v, want %v: from the call's arrival, before its token's review", runner.deadlines, epoch.Add(l.Deadline))
+		}
 	}
 }

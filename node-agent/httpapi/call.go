@@ -61,7 +61,7 @@ type call struct {
 }
 
 func (s *Server) begin(w http.ResponseWriter, r *http.Request, endpoint string) *call {
-	return &call{s: s, w: w, r: r, endpoint: endpoint, start: s.cfg.Clock.Now()}
+	return &call{s: s, w: w, r: r, endpoint: endpoint, start: s.arrival(r.Context())}
 }
 
 // decode reads a JSON body, bounded in size, into v (see read). Unknown fields are allowed:

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 	"github.com/ck-synapse/synapse-fleet/node-agent/tokenizer"
@@ -129,12 +130,14 @@ func (r *reader) textWithin(text, param, what string, max, extra int) ([]uint32,
 			e.bytes = tl.Bytes
 		}
 		return nil, err
-	case errors.Is(err, context.DeadlineExceeded) && r.ctx.Err() != nil:
+	case errors.Is(r.ctx.Err(), context.DeadlineExceeded):
+		// Passed during the tokenising, or before it (the call's deadline runs from its
+		// arrival): a text encoded whole after it is not run either.
 		return nil, refusal.New(refusal.DeadlineExceeded, r.lane.Key, "the request's deadline passed while its text was tokenised")
 	case r.ctx.Err() != nil:
 		return nil, r.ctx.Err()
 	case err != nil:
-		return nil, &apiError{status: http.StatusUnprocessableEntity, code: "tokenization_failed", param: param, message: fmt.Sprintf("%s: %v", what, err)}
+		return nil, &apiError{status: http.StatusUnprocessableEntity, code: "tokenization_failed", param: param, message: fmt.Sprintf("%s: %s", what, tokenizerReason(err))}
 	}
 	return ids, r.charge(len(ids) + extra)
 }
@@ -189,4 +192,22 @@ func (r *reader) inputSize(raw []byte) error {
 		}
 	}
 	return nil
+}
+
+// MaxReasonBytes bounds a tokenizer's reason in a refusal: a tokenizer's error may quote the
+// text it could not encode, which the caller sent and need not get back at any size.
+const MaxReasonBytes = 256
+
+// tokenizerReason is err's text, cut at MaxReasonBytes (on a character's boundary) and marked
+// so.
+func tokenizerReason(err error) string {
+	msg := err.Error()
+	if len(msg) <= MaxReasonBytes {
+		return msg
+	}
+	cut := MaxReasonBytes
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + fmt.Sprintf("... (%d more bytes)", len(msg)-cut)
 }

@@ -151,6 +151,42 @@ func TestTokenIDsAreReadWithoutCopiesProportionalToTheBody(t *testing.T) {
 	}
 }
 
+// A rerank call's documents stay in the body until each is tokenised: a call refused at its
+// first document (over the ceiling) allocates about its body, once, not the body again as
+// strings of every document, as it did when all were read as text before routing.
+func TestRerankDocumentsAreReadAsTextOnlyAsTheyAreTokenised(t *testing.T) {
+	_, s, runner := newTestServer(t)
+	doc := strings.Repeat("w ", 2048) // 4 KiB, 2048 tokens: over the lane's ceiling
+	docs := make([]string, 1000)
+	for i := range docs {
+		docs[i] = `"` + doc + `"`
+	}
+	payload := `{"model": "rerank", "query": "q", "documents": [` + strings.Join(docs, ",") + `]}`
+	call := func() {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/rerank", strings.NewReader(payload)))
+		if rec.Code != 422 || !strings.Contains(rec.Body.String(), "documents[0]") {
+			t.Fatalf("%d %.300s: want the first document refused over the ceiling", rec.Code, rec.Body)
+		}
+	}
+	call() // warm up
+	before := len(runner.calls)
+	var m0, m1 runtime.MemStats
+	const n = 5
+	runtime.ReadMemStats(&m0)
+	for range n {
+		call()
+	}
+	runtime.ReadMemStats(&m1)
+	perCall := float64(m1.TotalAlloc-m0.TotalAlloc) / n
+	if limit := 1.5 * float64(len(payload)); perCall > limit {
+		t.Fatalf("%.0f bytes allocated per call of a %d-byte body; want under %.0f", perCall, len(payload), limit)
+	}
+	if len(runner.calls) != before {
+		t.Fatal("the lane was called")
+	}
+}
+
 // Answers carry a code and words, never a file path or a worker's stderr: those go to the log.
 func TestErrorBodiesCarryNoPathsOrWorkerStderr(t *testing.T) {
 	ts, _, runner := newTestServer(t)
@@ -183,6 +219,28 @@ func TestErrorBodiesCarryNoPathsOrWorkerStderr(t *testing.T) {
 		})
 	}
 	runner.err = nil
+}
+
+// A tokenizer's refusal of a text goes back in the answer with its reason, but a reason that
+// quotes the text (regexp2's timeout quotes all of it) is cut: a 64 KiB document costs the
+// caller a short answer, not its own text back.
+func TestATokenizersRefusalDoesNotSendTheTextBack(t *testing.T) {
+	ts, _, _ := newTestServer(t)
+	text := "zebra " + strings.Repeat("y", 64<<10)
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/embeddings", `{"model": "picky", "input": ["fine", "` + text + `"]}`},
+		{"/v1/rerank", `{"model": "picky-rerank", "query": "fine", "documents": ["` + text + `"]}`},
+	} {
+		resp, body := post(t, ts.URL+tc.path, tc.body)
+		e, _ := body["error"].(map[string]any)
+		msg, _ := e["message"].(string)
+		if resp.StatusCode != 422 || e["code"] != "tokenization_failed" || !strings.Contains(msg, "the vocabulary has no z") {
+			t.Fatalf("%s: %d %v; want 422 tokenization_failed with the tokenizer's reason", tc.path, resp.StatusCode, e)
+		}
+		if len(msg) > 2*MaxReasonBytes || !strings.Contains(msg, "more bytes)") {
+			t.Fatalf("%s: a message of %d bytes for a reason of 64 KiB: %.300s", tc.path, len(msg), msg)
+		}
+	}
 }
 
 // A text of several MiB in one input, or as a rerank query, is answered with the typed refusal

@@ -19,6 +19,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -90,21 +91,20 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 		c.fail(badRequest("invalid_request", "top_n", "top_n must be at least 1"))
 		return
 	}
-	texts := make([]string, len(req.Documents))
+	// Checked here, read as text one at a time as they are tokenised: the documents stay in
+	// the body they came in, not copied into strings all at once.
 	for i, raw := range req.Documents {
-		t, err := documentText(raw)
-		if err != nil {
+		if err := checkDocument(raw); err != nil {
 			c.fail(badRequest("invalid_request", "documents", fmt.Sprintf("documents[%d]: %v", i, err)))
 			return
 		}
-		texts[i] = t
 	}
 	lanes, byName, err := s.candidates(c, req.Model, "rerank")
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	lane, sequences, err := s.route(c, req.Model, "rerank", lanes, byName, func(r *reader) ([][]uint32, error) { return rerankSequences(r, *req.Query, texts) })
+	lane, sequences, err := s.route(c, req.Model, "rerank", lanes, byName, func(r *reader) ([][]uint32, error) { return rerankSequences(r, *req.Query, req.Documents) })
 	if err != nil {
 		c.fail(err)
 		return
@@ -117,9 +117,6 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 	out := rerankResponse{Object: "list", Model: req.Model, Results: make([]rerankResult, len(res.Scores)), Synapse: c.ranOn(lane, res)}
 	for i, sc := range res.Scores {
 		out.Results[i] = rerankResult{Index: i, RelevanceScore: sc}
-		if req.ReturnDocuments {
-			out.Results[i].Document = &document{Text: texts[i]}
-		}
 	}
 	// By relevance, ties in input order.
 	slices.SortStableFunc(out.Results, func(a, b rerankResult) int {
@@ -133,6 +130,16 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 	})
 	if req.TopN != nil && *req.TopN < len(out.Results) {
 		out.Results = out.Results[:*req.TopN]
+	}
+	if req.ReturnDocuments {
+		for i := range out.Results {
+			text, err := documentText(req.Documents[out.Results[i].Index])
+			if err != nil { // checked above: never
+				c.fail(badRequest("invalid_request", "documents", fmt.Sprintf("documents[%d]: %v", out.Results[i].Index, err)))
+				return
+			}
+			out.Results[i].Document = &document{Text: text}
+		}
 	}
 	out.Usage.TotalTokens = c.tokens
 	c.ok(out)
@@ -164,6 +171,39 @@ func splitDocuments(raw []byte) ([]rawJSON, error) {
 	return nil, badRequest("invalid_json", "documents", "the body is not valid JSON: documents must be an array")
 }
 
+// errDocumentShape refuses a document that is neither a string nor an object with a text field.
+var errDocumentShape = errors.New("a document is a string or an object with a text field")
+
+// checkDocument checks that raw, a JSON value already checked as JSON, is a document: a string,
+// or an object with a text field that is one. Nothing of it is copied.
+func checkDocument(raw rawJSON) error {
+	raw = bytes.TrimSpace(raw)
+	switch {
+	case len(raw) > 0 && raw[0] == '"':
+		return nil
+	case len(raw) > 0 && raw[0] == '{':
+		var d struct {
+			Text *stringShape `json:"text"`
+		}
+		if err := json.Unmarshal(raw, &d); err != nil || d.Text == nil {
+			return fmt.Errorf("a document object needs a text field")
+		}
+		return nil
+	}
+	return errDocumentShape
+}
+
+// stringShape accepts a JSON string and keeps nothing of it.
+type stringShape struct{}
+
+func (*stringShape) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '"' {
+		return errDocumentShape
+	}
+	return nil
+}
+
+// documentText is a document's text (see checkDocument).
 func documentText(raw rawJSON) (string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) > 0 && raw[0] == '{' {
@@ -177,7 +217,7 @@ func documentText(raw rawJSON) (string, error) {
 	}
 	text, err := jsonString(raw)
 	if err != nil {
-		return "", fmt.Errorf("a document is a string or an object with a text field")
+		return "", errDocumentShape
 	}
 	return text, nil
 }
@@ -187,7 +227,7 @@ func documentText(raw rawJSON) (string, error) {
 // ceiling leaves after the query and the separator, and the call's pairs within its batch
 // bound, before its pair is built: a long query repeated over many documents is refused, not
 // copied.
-func rerankSequences(r *reader, queryText string, texts []string) ([][]uint32, error) {
+func rerankSequences(r *reader, queryText string, documents []rawJSON) ([][]uint32, error) {
 	// The query must leave room for the separator and one token of document.
 	query, err := r.textWithin(queryText, "query", "the query", r.lane.Ceiling-2, 0)
 	if err != nil {
@@ -197,10 +237,14 @@ func rerankSequences(r *reader, queryText string, texts []string) ([][]uint32, e
 		return nil, badRequest("invalid_request", "query", "the query has no tokens")
 	}
 	r.left += len(query) // the query is charged with each pair below
-	sequences := make([][]uint32, len(texts))
-	for i, t := range texts {
+	sequences := make([][]uint32, len(documents))
+	for i, raw := range documents {
 		what := fmt.Sprintf("documents[%d] (after the query's %d tokens and the separator)", i, len(query))
 		room := min(r.lane.Ceiling, r.left) - len(query) - 1
+		t, err := documentText(raw)
+		if err != nil {
+			return nil, badRequest("invalid_request", "documents", fmt.Sprintf("documents[%d]: %v", i, err))
+		}
 		doc, err := r.textWithin(t, "documents", what, room, len(query)+1)
 		if err != nil {
 			return nil, err

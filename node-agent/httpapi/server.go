@@ -128,7 +128,9 @@ func New(cfg Config) *Server {
 
 // ServeHTTP implements http.Handler: unknown paths and methods get a typed JSON error too.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !s.admit(w, &r) {
+	// A call's deadline runs from its arrival: the review of its token, its authorization and
+	// every wait after count against it.
+	if !s.admit(w, &r, s.cfg.Clock.Now()) {
 		return
 	}
 	h, pattern := s.mux.Handler(r)

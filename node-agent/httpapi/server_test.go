@@ -22,7 +22,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -480,12 +480,13 @@ func simIDs(text string) []uint32 {
 	return ids
 }
 
-// pickyTokenizer cannot encode a text that holds a z.
+// pickyTokenizer cannot encode a text that holds a z, and says so quoting the text, as some
+// tokenizers' errors do.
 type pickyTokenizer struct{}
 
 func (pickyTokenizer) EncodeContext(ctx context.Context, text string, max int) ([]uint32, error) {
 	if strings.Contains(text, "z") {
-		return nil, errors.New("the vocabulary has no z")
+		return nil, fmt.Errorf("the vocabulary has no z: %q", text)
 	}
 	return tokenizer.Sim{}.EncodeContext(ctx, text, max)
 }

@@ -19,6 +19,7 @@ package serving
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -81,6 +82,56 @@ func TestACallIsSplitIntoExchangesThatFitTheFrameLimit(t *testing.T) {
 	res, err = s.Run(context.Background(), "capped", "embed", inputs[:7], time.Time{})
 	if err != nil || !slices.Equal(res.Buckets, []int{128, 128, 128}) {
 		t.Fatalf("%v %v: want three exchanges of 3, 3 and 1", res, err)
+	}
+}
+
+// A call whose requests would pass the frame limit (long sequences of the widest token ids, five
+// bytes each on the wire) is split too, on the request's size: every exchange's request fits
+// the frame, each sequence is sent once, in order, and the scores come back in input order.
+func TestACallIsSplitIntoExchangesWhoseRequestsFitTheFrameLimit(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	a := &fakeAcquirer{clk: clk}
+	var sizes, counts []int
+	var sent [][]uint32
+	a.reply = func(e *pb.Execute) *pb.Reply {
+		sizes, counts = append(sizes, proto.Size(e)), append(counts, len(e.Sequences))
+		r := &pb.Reply{}
+		for _, seq := range e.Sequences {
+			sent = append(sent, seq.TokenIds)
+			r.Scores = append(r.Scores, float32(seq.TokenIds[0]))
+		}
+		return r
+	}
+	s := New(a, clk)
+	s.AddLane(Lane{Name: "long", Task: "rerank", Rungs: []int{8192}, Ceiling: 8192, Dimensions: 8, MaxExchangeSequences: 1000})
+	const n = 600 // 600 x 8192 ids x 5 bytes: about 24 MiB of requests
+	inputs := make([][]uint32, n)
+	for i := range inputs {
+		seq := make([]uint32, 8192)
+		for j := range seq {
+			seq[j] = math.MaxUint32 - uint32(j)
+		}
+		seq[0] = uint32(i)
+		inputs[i] = seq
+	}
+	res, err := s.Run(context.Background(), "long", "rerank", inputs, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for i, size := range sizes {
+		if size > protocol.DefaultMaxFrame {
+			t.Fatalf("exchange %d's request is %d bytes, over the frame limit: %v", i, size, sizes)
+		}
+		total += counts[i]
+	}
+	if len(sizes) < 2 || total != n || a.maxHeld != 1 {
+		t.Fatalf("%d exchanges of %v sequences (%d in all, want %d), %d leases at once; want the call split", len(sizes), counts, total, n, a.maxHeld)
+	}
+	for i := range inputs {
+		if sent[i][0] != uint32(i) || res.Scores[i] != float32(i) {
+			t.Fatalf("sequence %d was sent as %d and scored %v: out of order", i, sent[i][0], res.Scores[i])
+		}
 	}
 }
 

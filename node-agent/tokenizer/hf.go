@@ -19,6 +19,7 @@ package tokenizer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -62,6 +63,9 @@ type encodeState struct{ ctx context.Context }
 // and text chosen together could otherwise run for minutes; a match that takes longer refuses
 // the text (a real pre-tokenizer pattern matches one piece in microseconds).
 const MatchTimeout = time.Second
+
+// ErrMatchTimeout is a text the pre-tokenizer's pattern took over MatchTimeout to match once.
+var ErrMatchTimeout = errors.New("the pre-tokenizer's pattern took too long to match this text")
 
 // stopped carries an encoding's end out of the library, which has no error path there.
 type stopped struct{ err error }
@@ -322,7 +326,9 @@ func (p regexp2Pattern) FindMatches(inside string) []normalizer.OffsetsMatch {
 		m, err = p.re.FindNextMatch(m)
 	}
 	if err != nil {
-		panic(stopped{fmt.Errorf("the pre-tokenizer's pattern took over %s on one match: %w", MatchTimeout, err)})
+		// Not regexp2's error: it quotes the whole text it was matching, which would go back
+		// to the caller in its refusal (and into the log) at any size.
+		panic(stopped{fmt.Errorf("%w (%s on one match)", ErrMatchTimeout, MatchTimeout)})
 	}
 	if prev < len(inside) {
 		out = append(out, normalizer.OffsetsMatch{Offsets: []int{prev, len(inside)}, Match: false})

@@ -88,12 +88,15 @@ type report struct {
 	Sent              map[string]int `json:"sent"`
 	ValidCodes        map[int]int    `json:"valid_codes"`
 	// ValidRefusals are the valid calls refused 429, by what refused them.
-	ValidRefusals      map[string]int `json:"valid_refusals"`
-	AdmittedP50Ms      float64        `json:"admitted_p50_ms"`
-	AdmittedP99Ms      float64        `json:"admitted_p99_ms"`
-	AgentAdmitted      float64        `json:"agent_admitted"`
-	AgentP99BoundMs    float64        `json:"agent_admitted_p99_bound_ms"`
-	OversizeSent       int64          `json:"oversize_sent"`
+	ValidRefusals   map[string]int `json:"valid_refusals"`
+	AdmittedP50Ms   float64        `json:"admitted_p50_ms"`
+	AdmittedP99Ms   float64        `json:"admitted_p99_ms"`
+	AgentAdmitted   float64        `json:"agent_admitted"`
+	AgentP99BoundMs float64        `json:"agent_admitted_p99_bound_ms"`
+	OversizeSent    int64          `json:"oversize_sent"`
+	// OversizeAnswered are the oversize bodies whose answer the client read, by status: 413
+	// each (the others' connections were closed before the client read an answer).
+	OversizeAnswered   map[int]int    `json:"oversize_answered"`
 	SlowLorisCutOff    int64          `json:"slow_loris_cut_off"`
 	AgentMaxRSSMiB     float64        `json:"agent_max_rss_mib"`
 	WorkerRestarts     float64        `json:"worker_restarts"`
@@ -136,7 +139,8 @@ func TestAgentUnderLoad(t *testing.T) {
 	)
 	bg.Go(func() { sampleRSS(ctx, pid, &maxRSS, &rssFailed) })
 	var oversize, cutOff atomic.Int64
-	bg.Go(func() { sendOversize(ctx, base+"/v1/embeddings", &oversize) })
+	oversizeAnswered := &statusCounts{m: map[int]int{}}
+	bg.Go(func() { sendOversize(ctx, base+"/v1/embeddings", &oversize, oversizeAnswered) })
 	for range 64 {
 		bg.Go(func() { slowLoris(ctx, strings.TrimPrefix(base, "https://"), &cutOff) })
 	}
@@ -192,7 +196,7 @@ func TestAgentUnderLoad(t *testing.T) {
 		rep.AdmittedP50Ms = float64(admitted[len(admitted)/2].Microseconds()) / 1000
 		rep.AdmittedP99Ms = float64(admitted[len(admitted)*99/100].Microseconds()) / 1000
 	}
-	rep.OversizeSent, rep.SlowLorisCutOff = oversize.Load(), cutOff.Load()
+	rep.OversizeSent, rep.SlowLorisCutOff, rep.OversizeAnswered = oversize.Load(), cutOff.Load(), oversizeAnswered.snapshot()
 	rep.AgentMaxRSSMiB = float64(maxRSS.Load()) / 1024
 	rep.WorkerRestarts = metric(t, base, "synapse_agent_worker_restarts_total") - restarts0
 	for _, n := range rep.Sent {
@@ -220,6 +224,9 @@ func TestAgentUnderLoad(t *testing.T) {
 	g.Expect(rep.TransportErrors).To(gomega.BeZero(), "calls without an answer: %v", rep.UnexpectedStatuses)
 	g.Expect(rep.UnexpectedStatuses).To(gomega.BeEmpty(), "calls answered otherwise than their kind must be")
 	g.Expect(rep.RetryAfterMissing).To(gomega.BeZero(), "429 or 503 without Retry-After")
+	for status, n := range rep.OversizeAnswered {
+		g.Expect(status).To(gomega.Equal(http.StatusRequestEntityTooLarge), "%d oversize bodies answered %d", n, status)
+	}
 	g.Expect(rep.ValidCodes[200]).To(gomega.BeNumerically(">", 0), "no valid call was served")
 	g.Expect(rep.ValidCodes[429]).To(gomega.BeNumerically(">", 0), "at twice its capacity the agent never said overloaded")
 	// The lane's deadline runs from a call's arrival at the agent, so the agent's own latency
@@ -415,9 +422,27 @@ func measureCapacity(t *testing.T, u string, d time.Duration) float64 {
 	return float64(served.Load()) / d.Seconds()
 }
 
+// statusCounts counts answers by status, from several goroutines.
+type statusCounts struct {
+	mu sync.Mutex
+	m  map[int]int
+}
+
+func (c *statusCounts) add(status int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[status]++
+}
+
+func (c *statusCounts) snapshot() map[int]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.m)
+}
+
 // sendOversize sends a body of 33 MiB every 2 s, half of them announced by Content-Length and
-// half chunked, each answered 413.
-func sendOversize(ctx context.Context, u string, sent *atomic.Int64) {
+// half chunked, each to be answered 413; answered counts the answers read, by status.
+func sendOversize(ctx context.Context, u string, sent *atomic.Int64, answered *statusCounts) {
 	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS}}
 	for i := 0; ; i++ {
 		select {
@@ -437,6 +462,7 @@ func sendOversize(ctx context.Context, u string, sent *atomic.Int64) {
 		if err != nil {
 			continue
 		}
+		answered.add(resp.StatusCode)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
