@@ -236,9 +236,14 @@ func (s *Server) route(c *call, model, task string, lanes []Lane, byName bool, r
 	chosen, reason, err := plan(model, task, lanes, byName, func(l Lane) ([][]uint32, error) {
 		// Tokenising counts against the lane's deadline, and ends with it (what is left of it
 		// by the API's clock).
-		ctx, cancel := context.WithCancel(c.r.Context())
+		var (
+			ctx    context.Context
+			cancel context.CancelFunc
+		)
 		if d := c.deadline(l); !d.IsZero() {
 			ctx, cancel = context.WithTimeout(c.r.Context(), d.Sub(s.cfg.Clock.Now()))
+		} else {
+			ctx, cancel = context.WithCancel(c.r.Context())
 		}
 		defer cancel()
 		return read(newReader(ctx, l))

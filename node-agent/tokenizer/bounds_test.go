@@ -23,6 +23,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -314,5 +315,52 @@ func TestSimMemoryFollowsTheTokensNotTheText(t *testing.T) {
 	}
 	if allocs > 8 {
 		t.Fatalf("one word of 4 MiB made %v allocations", allocs)
+	}
+}
+
+// endsAfter is a context whose Err turns Canceled after n calls (its Done never closes): an
+// encoding that looks at its context only before it starts runs to its end on it.
+type endsAfter struct {
+	context.Context
+	mu sync.Mutex
+	n  int
+}
+
+func (c *endsAfter) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n--; c.n < 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// A tokenizer with no byte bound (WordPiece here) encodes a text whatever its size, so its
+// encoding must end when its context does, between the pieces the pre-tokenizer split the text
+// into, rather than run over the whole text.
+func TestAnEncodingWithNoByteBoundEndsWithItsContext(t *testing.T) {
+	doc := `{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+		"pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+		"model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "max_input_chars_per_word": 100,
+			"vocab": {"[UNK]": 0, "a": 1, "b": 2}}}`
+	tk, err := ParseHF([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.perToken != 0 {
+		t.Fatalf("a WordPiece tokenizer with a byte bound of %d: the test needs one with none", tk.perToken)
+	}
+	text := strings.Repeat("a b ", 10000)
+	ids, err := tk.EncodeContext(context.Background(), text, 0)
+	if err != nil || len(ids) != 20000 {
+		t.Fatalf("%d ids, %v: want 20000", len(ids), err)
+	}
+	ctx := &endsAfter{Context: context.Background(), n: 10}
+	if ids, err := tk.EncodeContext(ctx, text, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("%d ids, %v: want the encoding ended by its context", len(ids), err)
+	}
+	// The tokenizer is free again, and encodes as before.
+	if ids, err := tk.EncodeContext(context.Background(), "a b", 0); err != nil || !slices.Equal(ids, []uint32{1, 2}) {
+		t.Fatalf("after the cancelled encoding: %v, %v", ids, err)
 	}
 }

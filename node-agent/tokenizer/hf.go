@@ -118,6 +118,11 @@ func ParseHF(data []byte) (t *HF, err error) {
 	if pre != nil {
 		tk.WithPreTokenizer(pre)
 	}
+	// The model is asked for each piece the pre-tokenizer split the text into: there the
+	// encoding looks at its context, so that a long text's encoding ends with its call's
+	// deadline whatever the tokenizer (a WordPiece or Unigram one has no byte bound, so its
+	// text is encoded whatever its size).
+	tk.WithModel(cancellableModel{Model: tk.GetModel(), st: st})
 	t = &HF{tk: tk, sem: make(chan struct{}, 1), cur: st, perToken: perToken, noBound: noBound, added: newAddedTokens(doc, perToken)}
 	if perToken > 0 {
 		// The empty text's tokens are exactly what the post-processor adds to every text.
@@ -334,6 +339,20 @@ func (p regexp2Pattern) FindMatches(inside string) []normalizer.OffsetsMatch {
 		out = append(out, normalizer.OffsetsMatch{Offsets: []int{prev, len(inside)}, Match: false})
 	}
 	return out
+}
+
+// cancellableModel is the tokenizer's model, which stops the encoding (see stopped) once the
+// encoding's context has ended.
+type cancellableModel struct {
+	hf.Model
+	st *encodeState
+}
+
+func (m cancellableModel) Tokenize(sequence string) ([]hf.Token, error) {
+	if err := m.st.ctx.Err(); err != nil {
+		panic(stopped{err})
+	}
+	return m.Model.Tokenize(sequence)
 }
 
 // byteLevelOnly is ByteLevel with use_regex false: each byte of the text becomes its
