@@ -119,6 +119,18 @@ func pathOf(body string) string {
 	return "/v1/embeddings"
 }
 
+// bytesPerCall is what call allocates, on average over n calls after one to warm up.
+func bytesPerCall(n int, call func()) float64 {
+	call()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		call()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.TotalAlloc-before.TotalAlloc) / float64(n)
+}
+
 // A flat array of token ids is read from the body into the one slice that runs, with no copy in
 // between whose size follows the body's (the body itself is read once). Before, the input was
 // copied as raw JSON, then as one json.Number string per id, then as ids: several times the body.
@@ -132,15 +144,7 @@ func TestTokenIDsAreReadWithoutCopiesProportionalToTheBody(t *testing.T) {
 			t.Fatalf("%d %s", rec.Code, rec.Body)
 		}
 	}
-	call() // warm up
-	var before, after runtime.MemStats
-	const n = 20
-	runtime.ReadMemStats(&before)
-	for range n {
-		call()
-	}
-	runtime.ReadMemStats(&after)
-	perCall := float64(after.TotalAlloc-before.TotalAlloc) / n
+	perCall := bytesPerCall(20, call)
 	// The body (about 39 KB) once, the ids (32 KB), the answer (a 16-dimension vector) and
 	// bookkeeping: under three times the body. The old path allocated over six times it.
 	if limit := 3 * float64(len(payload)); perCall > limit {
@@ -169,16 +173,8 @@ func TestRerankDocumentsAreReadAsTextOnlyAsTheyAreTokenised(t *testing.T) {
 			t.Fatalf("%d %.300s: want the first document refused over the ceiling", rec.Code, rec.Body)
 		}
 	}
-	call() // warm up
 	before := len(runner.calls)
-	var m0, m1 runtime.MemStats
-	const n = 5
-	runtime.ReadMemStats(&m0)
-	for range n {
-		call()
-	}
-	runtime.ReadMemStats(&m1)
-	perCall := float64(m1.TotalAlloc-m0.TotalAlloc) / n
+	perCall := bytesPerCall(5, call)
 	if limit := 1.5 * float64(len(payload)); perCall > limit {
 		t.Fatalf("%.0f bytes allocated per call of a %d-byte body; want under %.0f", perCall, len(payload), limit)
 	}

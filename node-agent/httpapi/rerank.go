@@ -171,8 +171,12 @@ func splitDocuments(raw []byte) ([]rawJSON, error) {
 	return nil, badRequest("invalid_json", "documents", "the body is not valid JSON: documents must be an array")
 }
 
-// errDocumentShape refuses a document that is neither a string nor an object with a text field.
-var errDocumentShape = errors.New("a document is a string or an object with a text field")
+// errDocumentShape refuses a document that is neither a string nor an object with a text field,
+// errNoText an object without a text field that is a string.
+var (
+	errDocumentShape = errors.New("a document is a string or an object with a text field")
+	errNoText        = errors.New("a document object needs a text field")
+)
 
 // checkDocument checks that raw, a JSON value already checked as JSON, is a document: a string,
 // or an object with a text field that is one. Nothing of it is copied.
@@ -186,7 +190,7 @@ func checkDocument(raw rawJSON) error {
 			Text *stringShape `json:"text"`
 		}
 		if err := json.Unmarshal(raw, &d); err != nil || d.Text == nil {
-			return fmt.Errorf("a document object needs a text field")
+			return errNoText
 		}
 		return nil
 	}
@@ -211,7 +215,7 @@ func documentText(raw rawJSON) (string, error) {
 			Text *string `json:"text"`
 		}
 		if err := json.Unmarshal(raw, &d); err != nil || d.Text == nil {
-			return "", fmt.Errorf("a document object needs a text field")
+			return "", errNoText
 		}
 		return *d.Text, nil
 	}
