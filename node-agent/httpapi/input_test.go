@@ -138,3 +138,21 @@ func TestABodyOfUnknownLengthIsReadWithinItsBound(t *testing.T) {
 		t.Fatalf("reading a body over the bound allocated %d MiB", alloc>>20)
 	}
 }
+
+// A rerank document is checked without copies before routing (checkDocument) and read as text
+// later (documentText): the two must agree on every document, or a document passed by the
+// first would be refused after the call was authorized and routed, or the other way round.
+func TestCheckDocumentAgreesWithDocumentText(t *testing.T) {
+	for _, doc := range []string{
+		`"plain"`, `"esc\"aped \u00e9 \ud83d\ude00"`, `"\u0000"`, "\"\xff invalid utf-8\"", `""`,
+		`{"text": "t"}`, `{"text": ""}`, `{"text": 5}`, `{"text": null}`, `{"Text": "case"}`, `{"te\u0078t": "escaped key"}`,
+		`{"text": "a", "text": 5}`, `{"text": 5, "text": "a"}`, `{"other": "x"}`, `{}`, ` {"text": "spaced"} `,
+		`5`, `null`, `true`, `["text"]`, `[]`,
+	} {
+		checked := checkDocument(rawJSON(doc))
+		_, read := documentText(rawJSON(doc))
+		if (checked == nil) != (read == nil) {
+			t.Errorf("%s: checked %v, read %v", doc, checked, read)
+		}
+	}
+}
