@@ -247,7 +247,9 @@ func (a *Agent) Run(ctx context.Context, restConfig *rest.Config, scheme *runtim
 			&v1.LanePlacement{}: {Label: labels.SelectorFromSet(labels.Set{v1.LabelNode: a.cfg.NodeName})},
 			&v1.MacNode{}:       {Field: fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName)},
 		}},
-		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&coordinationv1.Lease{}}}},
+		// Read from the API server, never cached: the Lease, and the identities, which the agent
+		// reads once per lane rather than watch (placementIdentity).
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&coordinationv1.Lease{}, &v1.CertifiedIdentity{}}}},
 	})
 	if err != nil {
 		return err

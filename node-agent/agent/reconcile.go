@@ -47,7 +47,7 @@ import (
 
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=laneplacements/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities,verbs=get
 
 // RetryInterval is how long a lane that failed to load waits before it is tried again.
 const RetryInterval = 10 * time.Second
@@ -62,9 +62,9 @@ func (r *reconciler) setup(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("agent.placement").
 		For(&v1.LanePlacement{}).
-		// Pausing or resuming the node, or a change of its identity, concerns every placement.
+		// Pausing or resuming the node, or a change of its build, concerns every placement.
+		// CertifiedIdentities are not watched: see placementIdentity.
 		Watches(&v1.MacNode{}, all).
-		Watches(&v1.CertifiedIdentity{}, all).
 		WatchesRawSource(source.Channel(r.a.resync, all)).
 		// Several agents may run in one process (the scale harness's hollow Macs), each with a
 		// controller of this name.
@@ -111,14 +111,15 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 
-	identity := &v1.CertifiedIdentity{}
-	if err := a.kube.Get(ctx, client.ObjectKey{Name: p.Spec.Identity}, identity); err != nil {
+	identity, err := a.placementIdentity(ctx, l, p)
+	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			return reconcile.Result{}, err
 		}
 		a.unload(ctx, req.NamespacedName, false)
 		a.fail(l, "IdentityNotFound", fmt.Sprintf("CertifiedIdentity %s does not exist", p.Spec.Identity))
-		return reconcile.Result{}, nil
+		// No watch brings the identity's creation: the placement looks again.
+		return reconcile.Result{RequeueAfter: RetryInterval}, nil
 	}
 	if node := a.ownNode(); node == nil || !identity.Matches(node) {
 		// The approval is for another worker binary or macOS build: nothing loads.
@@ -154,6 +155,27 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: retryAt.Sub(now)}, nil
 	}
 	return r.load(ctx, l, p, identity)
+}
+
+// placementIdentity is the CertifiedIdentity the placement names: the lane's own copy once it
+// has one of that name, else read from the API server. An identity's spec is immutable (CEL),
+// and its deletion waits for every placement that names it to go (its finalizer), so the copy
+// read when the lane first loaded stays true for as long as the placement lives. The agent
+// therefore watches no identities: every identity's status write (its lane count, every few
+// seconds while lanes are applied) went to every Mac of the fleet, the largest watch stream of
+// a thousand Macs' rollout, and reconciled every placement on each for nothing.
+func (a *Agent) placementIdentity(ctx context.Context, l *lane, p *v1.LanePlacement) (*v1.CertifiedIdentity, error) {
+	a.mu.Lock()
+	id := l.identity
+	a.mu.Unlock()
+	if id != nil && id.Name == p.Spec.Identity {
+		return id, nil
+	}
+	id = &v1.CertifiedIdentity{}
+	if err := a.kube.Get(ctx, client.ObjectKey{Name: p.Spec.Identity}, id); err != nil {
+		return nil, err
+	}
+	return id, nil
 }
 
 // sameLoad reports whether two placement specs load the lane alike: the prewarm rungs and the
