@@ -89,6 +89,56 @@ func TestAnIdentityIsReadOncePerLaneAndItsStatusWritesReachNoAgent(t *testing.T)
 	if got := reads.Load(); got != 1 {
 		t.Fatalf("the identity was read %d times for one lane, want once", got)
 	}
+
+	// The lane placed here again under the same name (the agent missed the placement's
+	// deletion): another placement, whose identity is read afresh.
+	again := &v1.LanePlacement{}
+	if err := a.kube.Get(ctx, req.NamespacedName, again); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.kube.Delete(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	again = p.DeepCopy()
+	again.UID, again.ResourceVersion = "placed-again", ""
+	if err := a.kube.Create(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := reads.Load(); got != 2 {
+		t.Fatalf("the identity was read %d times for two placements of one name, want twice", got)
+	}
+}
+
+func TestALaneItsNodeDoesNotRunReadsItsIdentityOnce(t *testing.T) {
+	p := testPlacement("gte")
+	a, _, _ := newTestAgent(t, p)
+	ctx := context.Background()
+	other := testIdentity.DeepCopy()
+	other.Spec.MacOSBuild = "25C56" // the node runs 25B78
+	if err := a.kube.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	reads := countIdentityReads(t, a)
+	r := &reconciler{a: a}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}}
+	// Every change of the node's MacNode reconciles each of its placements.
+	for range 3 {
+		if _, err := r.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := reads.Load(); got != 1 {
+		t.Fatalf("the identity of a lane that does not load was read %d times, want once", got)
+	}
+	l := a.entry(p)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if l.failure == nil || l.failure.Code != "IdentityMismatch" {
+		t.Fatalf("the lane's failure is %+v, want IdentityMismatch", l.failure)
+	}
 }
 
 func TestALaneWhoseIdentityIsMissingIsLookedAtAgainWithoutAWatch(t *testing.T) {

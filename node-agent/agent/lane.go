@@ -57,8 +57,10 @@ type lane struct {
 	key      string
 	spec     v1.LanePlacementSpec
 	identity *v1.CertifiedIdentity
-	api      httpapi.Lane
-	state    laneState
+	// identityRead is the identity as last read for the placement (placementIdentity).
+	identityRead identityCopy
+	api          httpapi.Lane
+	state        laneState
 	// loaded: the supervisor holds the lane (its worker runs or recovers).
 	loaded bool
 	// failure says why the lane failed or cannot load, for the status.
@@ -73,6 +75,12 @@ type lane struct {
 	probes map[int]probe
 	// said is the placement status the agent last applied (see writePlacementStatus).
 	said *saidStatus
+}
+
+// identityCopy is a CertifiedIdentity as read for one placement (its UID).
+type identityCopy struct {
+	placement types.UID
+	id        *v1.CertifiedIdentity
 }
 
 // saidStatus is a placement's status as the agent applied it, to which placement (its UID), the

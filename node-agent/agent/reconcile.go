@@ -131,7 +131,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	a.mu.Lock()
 	l.generation = p.Generation
-	reload := l.loaded && (!sameLoad(l.spec, p.Spec) || l.identity.Name != identity.Name)
+	reload := l.loaded && (!sameLoad(l.spec, p.Spec) || l.identity.Name != identity.Name || l.identity.UID != identity.UID)
 	loaded, retryAt := l.loaded, l.retryAt
 	a.mu.Unlock()
 	if reload {
@@ -157,24 +157,28 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return r.load(ctx, l, p, identity)
 }
 
-// placementIdentity is the CertifiedIdentity the placement names: the lane's own copy once it
-// has one of that name, else read from the API server. An identity's spec is immutable (CEL),
-// and its deletion waits for every placement that names it to go (its finalizer), so the copy
-// read when the lane first loaded stays true for as long as the placement lives. The agent
-// therefore watches no identities: every identity's status write (its lane count, every few
-// seconds while lanes are applied) went to every Mac of the fleet, the largest watch stream of
-// a thousand Macs' rollout, and reconciled every placement on each for nothing.
+// placementIdentity is the CertifiedIdentity the placement names: read from the API server
+// once per placement (its UID) and identity name, and kept on the lane entry after. An
+// identity's spec is immutable (CEL), and its deletion waits for every placement that names it
+// to go (its finalizer), so the copy read for a placement stays true for as long as that
+// placement lives; a placement of the same name made later (the lane placed here again) is
+// another UID and reads it afresh. The agent therefore watches no identities: every identity's
+// status write (its lane count, every few seconds while lanes are applied) went to every Mac of
+// the fleet and reconciled every placement on each for nothing.
 func (a *Agent) placementIdentity(ctx context.Context, l *lane, p *v1.LanePlacement) (*v1.CertifiedIdentity, error) {
 	a.mu.Lock()
-	id := l.identity
+	kept := l.identityRead
 	a.mu.Unlock()
-	if id != nil && id.Name == p.Spec.Identity {
-		return id, nil
+	if kept.id != nil && kept.placement == p.UID && kept.id.Name == p.Spec.Identity {
+		return kept.id, nil
 	}
-	id = &v1.CertifiedIdentity{}
+	id := &v1.CertifiedIdentity{}
 	if err := a.kube.Get(ctx, client.ObjectKey{Name: p.Spec.Identity}, id); err != nil {
 		return nil, err
 	}
+	a.mu.Lock()
+	l.identityRead = identityCopy{placement: p.UID, id: id}
+	a.mu.Unlock()
 	return id, nil
 }
 
