@@ -176,12 +176,19 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 	}
+	var added []string
+	if verdict == nil {
+		added = withPlacedLanes(parsed, services)
+	}
 	if !hasCondition(csr, certificatesv1.CertificateApproved) {
 		cond := certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
 			Reason: ReasonApproved, Message: "the node's own identity asks for its own names and addresses", LastUpdateTime: metav1.NewTime(c.clk.Now())}
 		if len(left) > 0 {
 			cond.Message += fmt.Sprintf("; left out of the certificate, as no lane placed on the node holds them (its placement went, or a Service not the lane's holds its name): %s",
 				strings.Join(left, ", "))
+		}
+		if len(added) > 0 {
+			cond.Message += fmt.Sprintf("; also certified for the Services of the lanes placed on the node since it asked: %s", strings.Join(added, ", "))
 		}
 		if verdict != nil {
 			cond.Type, cond.Reason, cond.Message = certificatesv1.CertificateDenied, ReasonDenied, verdict.Error()

@@ -217,6 +217,24 @@ var _ = Describe("Agent serving certificates", func() {
 		}
 	})
 
+	It("should also certify the Services of the lanes placed on the node since it asked, and say so, so that they need no request of their own", func() {
+		node := macNode("192.0.2.22")
+		placeOn("gte-asked", node)
+		name := submit("synapse-node-"+node, request{cn: node, dns: []string{node, "gte-asked.default.svc"}, ips: []string{"192.0.2.22"}})
+		// Placed while the request waits to be judged; a lane placed elsewhere is not the node's.
+		placeOn("gte-since", node)
+		placeOn("gte-elsewhere", macNode("192.0.2.23"))
+		csr := reconcileUntilSettled(newController(), name)
+		approved := condition(csr, certificatesv1.CertificateApproved)
+		Expect(approved).NotTo(BeNil(), "%+v", csr.Status)
+		Expect(approved.Message).To(ContainSubstring("since it asked: gte-since.default.svc"))
+		cert := leaf(csr)
+		Expect(cert.DNSNames).To(ConsistOf(node, "gte-asked.default.svc", "gte-since.default.svc"))
+		_, err := cert.Verify(x509.VerifyOptions{DNSName: "gte-since.default.svc", Roots: trustPool(), CurrentTime: clk.Now(),
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+		Expect(err).NotTo(HaveOccurred())
+	})
+
 	It("should leave out of the certificate a lane's Service name the node may not hold (the lane is not placed on it, or no longer is, or another Service holds its name), and certify the rest", func() {
 		here, there := macNode("192.0.2.14"), macNode("192.0.2.15")
 		placeOn("gte-there", there)

@@ -145,6 +145,28 @@ func Judge(csr *certificatesv1.CertificateSigningRequest, node *v1.MacNode, serv
 	return req, left, nil
 }
 
+// withPlacedLanes adds to the request that is signed the Service names of the lanes placed on
+// the node (services) that it does not name yet, and returns them. A Mac asks for a certificate
+// naming the lanes it knows of, and asks again each time it learns of another; a request judged
+// a minute after it was made (a fleet's rollout brings requests by the hundred) was signed
+// without the lanes placed on the node meanwhile, which then waited for the next request and
+// its judgement before they could be Ready. Signed with them, the certificate already names
+// them when the agent learns of them: the node is entitled to exactly these names (Judge
+// certifies a lane's Service name only through its placement on the node), and client-go's
+// certificate manager, which the agents run, is satisfied by a certificate that names more
+// than it asked for (certSatisfiesTemplateLocked compares the names it wants against the
+// certificate's, kubernetes/client-go util/certificate/certificate_manager.go).
+func withPlacedLanes(req *x509.CertificateRequest, services []string) []string {
+	var added []string
+	for _, s := range services {
+		if !slices.Contains(req.DNSNames, s) {
+			added = append(added, s)
+		}
+	}
+	req.DNSNames = append(req.DNSNames, added...)
+	return added
+}
+
 // serviceShaped reports whether dns has the form of a lane's Service name, <lane>.<namespace>.svc.
 func serviceShaped(dns string) bool {
 	return strings.Count(dns, ".") == 2 && strings.HasSuffix(dns, ".svc")
