@@ -101,6 +101,13 @@ type Auto struct {
 	open     bool // latched once reported
 	// onIssued is called after each certificate is stored (OnIssued).
 	onIssued func()
+	// handed is the template last handed to the manager; held is the one the last request
+	// asked with (since heldSince), handed to the manager instead of a newer one while that
+	// request waits (for MaxHold at most), and once it is answered (answered) for as long as
+	// the certificate names all the template asks (see currentTemplate).
+	handed, held *x509.CertificateRequest
+	heldSince    time.Time
+	answered     bool
 	// refused are the lanes' Service names the signer left out of a certificate whose request
 	// asked for them, and when: they are not asked for again for RefusedRetry, or the
 	// manager, never satisfied by what it got, would ask again every second.
@@ -137,7 +144,7 @@ func New(cfg Config) (*Auto, error) {
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "synapse_agent_serving_certificate_renewal_failures_total",
 			Help: "Attempts to obtain a serving certificate that failed (the request could not be made, was denied, or was not signed in time)."}),
 	}
-	s.client = &recordingClient{Interface: cfg.Client}
+	s.client = &recordingClient{Interface: cfg.Client, onCreate: s.requested}
 	var inner certificate.Store = &memoryStore{}
 	if cfg.Dir != "" {
 		fs, err := newFileStore(cfg.Dir, cfg.Log)
@@ -191,7 +198,20 @@ func lifetime(d time.Duration) *time.Duration {
 }
 
 // currentTemplate is the manager's GetTemplate: nil (ask for nothing yet) until the node
-// reports its addresses.
+// reports its addresses; else the template, or the one the last request asked with (held)
+// while that request waits and, once answered, while the certificate names all both ask.
+//
+// client-go's manager, handed a template its pending request does not match, stops waiting
+// for that request and makes another (kubernetes/client-go util/certificate/
+// certificate_manager.go, the dynamic template loop: "if we're currently waiting on a
+// submitted request that no longer matches what we want, stop waiting"). In a rollout a Mac
+// learns of its lanes one after another, so it abandoned request after request, each new one
+// at the back of the signer's queue, and the signer judged every abandoned one for nothing.
+// Held, the request keeps its place; the signer certifies with it the Services of the lanes
+// placed on the node since (controllers/agentcert, withPlacedLanes). Answered, it stays what
+// the manager is handed while the certificate satisfies the template: the manager acts on a
+// template-changed signal queued while it waited by comparing the template with its last
+// request alone, not with the certificate, and would ask again for names it already has.
 func (s *Auto) currentTemplate() *x509.CertificateRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -201,7 +221,64 @@ func (s *Auto) currentTemplate() *x509.CertificateRequest {
 		}
 		s.open = true
 	}
+	if s.held != nil {
+		var keep bool
+		if s.answered {
+			latest := s.latest.Load()
+			// Not when the certificate left out a name the request asked for (refused): the
+			// manager, never satisfied by the request, would ask with it again and again.
+			keep = latest != nil && satisfies(latest.Leaf, s.template) && satisfies(latest.Leaf, s.held)
+		} else {
+			keep = s.cfg.Clock.Since(s.heldSince) < MaxHold
+		}
+		if keep {
+			s.handed = s.held
+			return s.held
+		}
+		s.held, s.answered = nil, false
+	}
+	s.handed = s.template
 	return s.template
+}
+
+// satisfies reports whether leaf names every DNS name and IP address t asks for (as the
+// manager judges a certificate against its template).
+func satisfies(leaf *x509.Certificate, t *x509.CertificateRequest) bool {
+	if leaf == nil || leaf.Subject.CommonName != t.Subject.CommonName {
+		return false
+	}
+	for _, n := range t.DNSNames {
+		if !slices.Contains(leaf.DNSNames, n) {
+			return false
+		}
+	}
+	for _, ip := range t.IPAddresses {
+		if !slices.ContainsFunc(leaf.IPAddresses, ip.Equal) {
+			return false
+		}
+	}
+	return true
+}
+
+// MaxHold bounds how long a request waiting to be judged holds back a newer template: a
+// request the signer has not judged by then (a signer down, or denying it again and again) no
+// longer keeps new lanes' names out of the next request.
+const MaxHold = 5 * time.Minute
+
+// requested is told of each request made, with the DNS names it asked for: the template it
+// was made from is held from then (currentTemplate). A request made again with the template
+// held while its request waits (the manager asking again after a denial) keeps the hold's
+// start.
+func (s *Auto) requested(asked []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.handed == nil || !slices.Equal(s.handed.DNSNames, asked) {
+		return
+	}
+	if s.held == s.handed && !s.answered {
+		return
+	}
+	s.held, s.heldSince, s.answered = s.handed, s.cfg.Clock.Now(), false
 }
 
 // stored is called with every certificate the manager stores: the first, and each rotation.
@@ -215,6 +292,9 @@ func (s *Auto) stored(c *tls.Certificate) {
 	default:
 	}
 	s.mu.Lock()
+	if s.held != nil {
+		s.answered = true
+	}
 	issued := s.onIssued
 	var refused []string
 	for _, name := range s.client.askedFor() {
@@ -239,10 +319,11 @@ func (s *Auto) stored(c *tls.Certificate) {
 // ServeLanes says which lanes are placed on the node: the certificate names their Services
 // (<lane>.<namespace>.svc), so that a client calling a
 // lane through its Service verifies the node's certificate. A lane added asks for a new
-// certificate at once: the manager checks its template every second and replaces a
-// certificate that lacks a name the template holds (kubernetes/client-go
-// util/certificate/certificate_manager.go, certSatisfiesTemplateLocked). A lane removed stays
-// named until the next rotation.
+// certificate within a second (the manager checks its template every second and replaces a
+// certificate that lacks a name the template holds: kubernetes/client-go
+// util/certificate/certificate_manager.go, certSatisfiesTemplateLocked), or, while a request
+// waits to be judged, is certified with it (currentTemplate). A lane removed stays named
+// until the next rotation.
 func (s *Auto) ServeLanes(lanes []types.NamespacedName) {
 	var want []string
 	for _, l := range lanes {

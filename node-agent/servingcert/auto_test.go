@@ -20,6 +20,8 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -171,6 +173,60 @@ var _ = Describe("An agent's serving certificate", func() {
 		asked := len(requestsOf(name))
 		Consistently(func() int { return len(requestsOf(name)) }).WithTimeout(4 * time.Second).WithPolling(500 * time.Millisecond).Should(BeNumerically("<=", asked+1))
 		Expect(s.NamesLane(search)).To(BeTrue())
+	})
+
+	It("should hold its request while lanes are placed, and get one certificate naming them all; a request held past MaxHold is asked again", func() {
+		name, identity := node("192.0.2.16")
+		ctl := newController()
+		var held atomic.Bool // while set, the signer judges nothing (its queue is long)
+		judge(func(csr *certificatesv1.CertificateSigningRequest) {
+			defer GinkgoRecover()
+			if held.Load() {
+				return
+			}
+			_, err := ctl.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(csr)})
+			Expect(err).NotTo(HaveOccurred())
+		})
+		clk := clocktesting.NewFakeClock(time.Now())
+		s := obtain(servingcert.Config{Node: name, Addresses: []string{"192.0.2.16"}, Client: identity, Clock: clk})
+		Expect(requestsOf(name)).To(HaveLen(1))
+
+		held.Store(true)
+		lanes := []types.NamespacedName{{Namespace: "default", Name: "gte-a"}, {Namespace: "default", Name: "gte-b"}, {Namespace: "default", Name: "gte-c"}}
+		placeOn(lanes[0], name)
+		s.ServeLanes(lanes[:1])
+		Eventually(func() int { return len(requestsOf(name)) }).WithTimeout(30 * time.Second).Should(Equal(2))
+		// The Mac learns of two more lanes while its request waits: it keeps its request (the
+		// manager, handed a new template, would abandon it within a few seconds and ask again).
+		placeOn(lanes[1], name)
+		s.ServeLanes(lanes[:2])
+		placeOn(lanes[2], name)
+		s.ServeLanes(lanes)
+		Consistently(func() int { return len(requestsOf(name)) }).WithTimeout(5 * time.Second).WithPolling(250 * time.Millisecond).Should(Equal(2))
+
+		// Judged, the request is signed for every lane placed on the node by then.
+		held.Store(false)
+		Eventually(func() bool {
+			return s.NamesLane(lanes[0]) && s.NamesLane(lanes[1]) && s.NamesLane(lanes[2])
+		}).WithTimeout(30 * time.Second).Should(BeTrue())
+		Consistently(func() int { return len(requestsOf(name)) }).WithTimeout(3 * time.Second).WithPolling(250 * time.Millisecond).Should(Equal(2),
+			"the certificate names every lane the Mac knows of: nothing more to ask")
+
+		// A request the signer leaves unjudged holds a newer template back for MaxHold only.
+		held.Store(true)
+		fourth := types.NamespacedName{Namespace: "default", Name: "gte-d"}
+		placeOn(fourth, name)
+		s.ServeLanes(append(slices.Clone(lanes), fourth))
+		Eventually(func() int { return len(requestsOf(name)) }).WithTimeout(30 * time.Second).Should(Equal(3))
+		fifth := types.NamespacedName{Namespace: "default", Name: "gte-e"}
+		placeOn(fifth, name)
+		all := append(slices.Clone(lanes), fourth, fifth)
+		s.ServeLanes(all)
+		Consistently(func() int { return len(requestsOf(name)) }).WithTimeout(3 * time.Second).WithPolling(250 * time.Millisecond).Should(Equal(3))
+		clk.Step(servingcert.MaxHold)
+		Eventually(func() int { return len(requestsOf(name)) }).WithTimeout(30 * time.Second).Should(Equal(4))
+		held.Store(false)
+		Eventually(func() bool { return s.NamesLane(fifth) }).WithTimeout(30 * time.Second).Should(BeTrue())
 	})
 
 	It("should rotate before expiry, new connections getting the new certificate on the same listener", func() {

@@ -39,6 +39,8 @@ type recordingClient struct {
 	mu      sync.Mutex
 	created [2]string // the last, and the one before
 	asked   []string  // the DNS names the last request asked for
+	// onCreate is told of each request made, with the DNS names it asked for.
+	onCreate func(asked []string)
 }
 
 // askedFor is the DNS names the last request asked for.
@@ -91,6 +93,9 @@ func (r recordingCSRs) Create(ctx context.Context, csr *certificatesv1.Certifica
 		r.c.created = [2]string{out.Name, r.c.created[0]}
 		r.c.asked = asked
 		r.c.mu.Unlock()
+		if r.c.onCreate != nil {
+			r.c.onCreate(asked)
+		}
 	}
 	return out, err
 }
