@@ -209,7 +209,7 @@ var _ = Describe("An agent's serving certificate", func() {
 		Eventually(func() bool {
 			return s.NamesLane(lanes[0]) && s.NamesLane(lanes[1]) && s.NamesLane(lanes[2])
 		}).WithTimeout(30 * time.Second).Should(BeTrue())
-		Consistently(func() int { return len(requestsOf(name)) }).WithTimeout(3 * time.Second).WithPolling(250 * time.Millisecond).Should(Equal(2),
+		Consistently(func() int { return len(requestsOf(name)) }).WithTimeout(3*time.Second).WithPolling(250*time.Millisecond).Should(Equal(2),
 			"the certificate names every lane the Mac knows of: nothing more to ask")
 
 		// A request the signer leaves unjudged holds a newer template back for MaxHold only.
