@@ -185,10 +185,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			Reason: ReasonApproved, Message: "the node's own identity asks for its own names and addresses", LastUpdateTime: metav1.NewTime(c.clk.Now())}
 		if len(left) > 0 {
 			cond.Message += fmt.Sprintf("; left out of the certificate, as no lane placed on the node holds them (its placement went, or a Service not the lane's holds its name): %s",
-				strings.Join(left, ", "))
+				someNames(left))
 		}
 		if len(added) > 0 {
-			cond.Message += fmt.Sprintf("; also certified for the Services of the lanes placed on the node since it asked: %s", strings.Join(added, ", "))
+			cond.Message += fmt.Sprintf("; also certified for the Services of lanes placed on the node that it does not name (placed since it asked): %s", someNames(added))
 		}
 		if verdict != nil {
 			cond.Type, cond.Reason, cond.Message = certificatesv1.CertificateDenied, ReasonDenied, verdict.Error()
@@ -253,6 +253,16 @@ func (c *Controller) laneServices(ctx context.Context, node string) ([]string, e
 		out = append(out, v1.LaneServiceDNSName(p.Namespace, p.Spec.Lane))
 	}
 	return out, nil
+}
+
+// someNames lists names for a condition's message: the first few, and how many more (a node
+// may hold dozens of lanes).
+func someNames(names []string) string {
+	const shown = 5
+	if len(names) <= shown {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:shown], ", "), len(names)-shown)
 }
 
 func (c *Controller) fail(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, msg string) error {

@@ -217,7 +217,7 @@ var _ = Describe("Agent serving certificates", func() {
 		}
 	})
 
-	It("should also certify the Services of the lanes placed on the node since it asked, and say so, so that they need no request of their own", func() {
+	It("should also certify the Services of the lanes placed on the node that the request does not name, and say so, so that they need no request of their own", func() {
 		node := macNode("192.0.2.22")
 		placeOn("gte-asked", node)
 		name := submit("synapse-node-"+node, request{cn: node, dns: []string{node, "gte-asked.default.svc"}, ips: []string{"192.0.2.22"}})
@@ -227,12 +227,27 @@ var _ = Describe("Agent serving certificates", func() {
 		csr := reconcileUntilSettled(newController(), name)
 		approved := condition(csr, certificatesv1.CertificateApproved)
 		Expect(approved).NotTo(BeNil(), "%+v", csr.Status)
-		Expect(approved.Message).To(ContainSubstring("since it asked: gte-since.default.svc"))
+		Expect(approved.Message).To(ContainSubstring("that it does not name (placed since it asked): gte-since.default.svc"))
 		cert := leaf(csr)
 		Expect(cert.DNSNames).To(ConsistOf(node, "gte-asked.default.svc", "gte-since.default.svc"))
 		_, err := cert.Verify(x509.VerifyOptions{DNSName: "gte-since.default.svc", Roots: trustPool(), CurrentTime: clk.Now(),
 			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 		Expect(err).NotTo(HaveOccurred())
+	})
+
+	It("should name a few of the lanes it adds in the approval, and count the rest", func() {
+		node := macNode("192.0.2.24")
+		var want []string
+		for i := range 7 {
+			lane := fmt.Sprintf("gte-many-%d", i)
+			placeOn(lane, node)
+			want = append(want, lane+".default.svc")
+		}
+		csr := reconcileUntilSettled(newController(), submit("synapse-node-"+node, request{cn: node, dns: []string{node}, ips: []string{"192.0.2.24"}}))
+		approved := condition(csr, certificatesv1.CertificateApproved)
+		Expect(approved).NotTo(BeNil(), "%+v", csr.Status)
+		Expect(approved.Message).To(HaveSuffix(" and 2 more"))
+		Expect(leaf(csr).DNSNames).To(ConsistOf(append(want, node)))
 	})
 
 	It("should leave out of the certificate a lane's Service name the node may not hold (the lane is not placed on it, or no longer is, or another Service holds its name), and certify the rest", func() {
