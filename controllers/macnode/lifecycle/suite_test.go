@@ -37,11 +37,12 @@ import (
 var (
 	ctx        = context.Background()
 	kube       client.Client
+	env        *testenv.Env
 	clk        *clocktesting.FakeClock
 	recorder   *events.FakeRecorder
 	controller *lifecycle.Controller
 	_          = testenv.Suite(func(e *testenv.Env) {
-		kube = e.Client
+		env, kube = e, e.Client
 		Expect(kube.Create(ctx, &corev1.Namespace{ObjectMeta: objectMeta(lifecycle.LeaseNamespace)})).To(Succeed())
 	})
 )
