@@ -103,11 +103,11 @@ type Auto struct {
 	onIssued func()
 	// handed is the template last handed to the manager; held is the one the last request
 	// asked with (since heldSince), handed to the manager instead of a newer one while that
-	// request waits (for MaxHold at most), and once it is answered (answered) for as long as
-	// the certificate names all the template asks (see currentTemplate).
-	handed, held *x509.CertificateRequest
-	heldSince    time.Time
-	answered     bool
+	// request waits (for MaxHold at most), and once it is answered (answered, at answeredAt)
+	// for a few seconds while the certificate names all the template asks (see currentTemplate).
+	handed, held          *x509.CertificateRequest
+	heldSince, answeredAt time.Time
+	answered              bool
 	// refused are the lanes' Service names the signer left out of a certificate whose request
 	// asked for them, and when: they are not asked for again for RefusedRetry, or the
 	// manager, never satisfied by what it got, would ask again every second.
@@ -199,7 +199,8 @@ func lifetime(d time.Duration) *time.Duration {
 
 // currentTemplate is the manager's GetTemplate: nil (ask for nothing yet) until the node
 // reports its addresses; else the template, or the one the last request asked with (held)
-// while that request waits and, once answered, while the certificate names all both ask.
+// while that request waits and, for a few seconds once answered, while the certificate names
+// all both ask.
 //
 // client-go's manager, handed a template its pending request does not match, stops waiting
 // for that request and makes another (kubernetes/client-go util/certificate/
@@ -227,7 +228,8 @@ func (s *Auto) currentTemplate() *x509.CertificateRequest {
 			latest := s.latest.Load()
 			// Not when the certificate left out a name the request asked for (refused): the
 			// manager, never satisfied by the request, would ask with it again and again.
-			keep = latest != nil && satisfies(latest.Leaf, s.template) && satisfies(latest.Leaf, s.held)
+			keep = latest != nil && satisfies(latest.Leaf, s.template) && satisfies(latest.Leaf, s.held) &&
+				s.cfg.Clock.Since(s.answeredAt) < answeredHold
 		} else {
 			keep = s.cfg.Clock.Since(s.heldSince) < MaxHold
 		}
@@ -259,6 +261,12 @@ func satisfies(leaf *x509.Certificate, t *x509.CertificateRequest) bool {
 	}
 	return true
 }
+
+// answeredHold is how long an answered request's template is still handed to the manager: it
+// acts on a template-changed signal queued while it waited within about a second of the
+// answer (its rotation loop runs every second). Held longer, the next rotation would ask with
+// that request's names rather than the lanes placed then.
+const answeredHold = 5 * time.Second
 
 // MaxHold bounds how long a request waiting to be judged holds back a newer template: a
 // request the signer has not judged by then (a signer down, or denying it again and again) no
@@ -293,7 +301,7 @@ func (s *Auto) stored(c *tls.Certificate) {
 	}
 	s.mu.Lock()
 	if s.held != nil {
-		s.answered = true
+		s.answered, s.answeredAt = true, s.cfg.Clock.Now()
 	}
 	issued := s.onIssued
 	var refused []string

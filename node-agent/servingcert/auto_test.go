@@ -211,6 +211,11 @@ var _ = Describe("An agent's serving certificate", func() {
 		}).WithTimeout(30 * time.Second).Should(BeTrue())
 		Consistently(func() int { return len(requestsOf(name)) }).WithTimeout(3*time.Second).WithPolling(250*time.Millisecond).Should(Equal(2),
 			"the certificate names every lane the Mac knows of: nothing more to ask")
+		// The answered request's template is let go of a few seconds later (a rotation asks
+		// with the lanes placed then), and the certificate still satisfies the manager.
+		clk.Step(10 * time.Second)
+		Consistently(func() int { return len(requestsOf(name)) }).WithTimeout(3*time.Second).WithPolling(250*time.Millisecond).Should(Equal(2),
+			"nothing to ask once the hold is let go of")
 
 		// A request the signer leaves unjudged holds a newer template back for MaxHold only.
 		held.Store(true)

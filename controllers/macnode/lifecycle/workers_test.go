@@ -60,6 +60,8 @@ func (c *releasesTogether) Delete(ctx context.Context, obj client.Object, opts .
 		c.mu.Unlock()
 		select {
 		case <-c.together:
+		case <-ctx.Done():
+			return ctx.Err()
 		case <-time.After(time.Minute):
 			return fmt.Errorf("placement %s/%s: the other lost nodes' releases did not begin within a minute", p.Namespace, p.Name)
 		}
@@ -83,10 +85,11 @@ var _ = Describe("Lost Macs, under the manager", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(controllers.IndexFields(mctx, mgr.GetFieldIndexer())).To(Succeed())
 		kube2 := &releasesTogether{Client: mgr.GetClient(), want: 2, nodes: map[string]bool{}, together: make(chan struct{})}
-		c := lifecycle.NewController(clock.RealClock{}, kube2, recorder).WithTimeouts(time.Second, time.Second).WithEvictionRate(50)
+		c := lifecycle.NewController(clock.RealClock{}, kube2, recorder).WithTimeouts(3*time.Second, time.Second).WithEvictionRate(50)
 		Expect(c.Register(mctx, mgr)).To(Succeed())
 
-		// Six Macs on the real clock: four renew every 200 ms, two are lost from the start.
+		// Six Macs on the real clock: four renew every 200 ms (well within the 3 s grace period on
+		// a busy machine), two are lost from the start.
 		var nodes []*v1.MacNode
 		var lost []*v1.LanePlacement
 		for i := range 6 {
