@@ -120,6 +120,20 @@ func (h *harness) got(c <-chan acquired) acquired {
 // pending reports whether a request is still unanswered.
 func pending(c <-chan acquired) bool { return len(c) == 0 }
 
+// stepWhilePending advances the fake clock 50 ms at a time while the request waits on it, and
+// returns once it is answered. A request answered between a look at it and a step (h.step)
+// would have that step wait for a waiter on the clock that never comes.
+func (h *harness) stepWhilePending(c <-chan acquired) {
+	h.t.Helper()
+	for {
+		eventually(h.t, "the request answered or something waiting on the clock", func() bool { return !pending(c) || h.clk.HasWaiters() })
+		if !pending(c) {
+			return
+		}
+		h.clk.Step(50 * time.Millisecond)
+	}
+}
+
 // inspection copies the core's state on the owner goroutine, between two steps.
 func (h *harness) inspection() residency.Inspection {
 	h.t.Helper()

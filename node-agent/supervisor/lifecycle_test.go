@@ -441,9 +441,7 @@ func TestAWorkerThatAsksToBeReplacedHasItsAdmissionRunByTheReplacement(t *testin
 	h.admitWaiting()
 	// The request is not failed: it waits, with its admission, for the replacement.
 	eventually(t, "generation 2 runs", h.state(func(i residency.Inspection) bool { return i.Models["a"].Gen == 2 && i.Models["a"].State == "running" }))
-	for pending(c) {
-		h.step(50 * time.Millisecond)
-	}
+	h.stepWhilePending(c)
 	a := h.got(c)
 	if a.err != nil || a.lease.Generation() != 2 {
 		t.Fatalf("the request: %v, want a lease on the replacement", a.err)
@@ -470,9 +468,7 @@ func TestAnAdmissionIsRecycledOnceNotForEver(t *testing.T) {
 	c := h.acquire("a", 128)
 	h.admitWaiting()
 	eventually(t, "generation 2 runs", h.state(func(i residency.Inspection) bool { return i.Models["a"].Gen == 2 && i.Models["a"].State == "running" }))
-	for pending(c) {
-		h.step(50 * time.Millisecond)
-	}
+	h.stepWhilePending(c)
 	if a := h.got(c); refusal.CodeOf(a.err) != refusal.WorkerRefused || !strings.Contains(a.err.Error(), "no compiles left") {
 		t.Fatalf("a second recycle of the same admission: %v, want worker_refused", a.err)
 	}
