@@ -19,7 +19,6 @@ package agentcert
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/internal/names"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 )
 
@@ -185,10 +185,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			Reason: ReasonApproved, Message: "the node's own identity asks for its own names and addresses", LastUpdateTime: metav1.NewTime(c.clk.Now())}
 		if len(left) > 0 {
 			cond.Message += fmt.Sprintf("; left out of the certificate, as no lane placed on the node holds them (its placement went, or a Service not the lane's holds its name): %s",
-				someNames(left))
+				names.Some(left))
 		}
 		if len(added) > 0 {
-			cond.Message += fmt.Sprintf("; also certified for the Services of lanes placed on the node that it does not name (placed since it asked): %s", someNames(added))
+			cond.Message += fmt.Sprintf("; also certified for the Services of lanes placed on the node that it does not name (placed since it asked): %s", names.Some(added))
 		}
 		if verdict != nil {
 			cond.Type, cond.Reason, cond.Message = certificatesv1.CertificateDenied, ReasonDenied, verdict.Error()
@@ -253,16 +253,6 @@ func (c *Controller) laneServices(ctx context.Context, node string) ([]string, e
 		out = append(out, v1.LaneServiceDNSName(p.Namespace, p.Spec.Lane))
 	}
 	return out, nil
-}
-
-// someNames lists names for a condition's message: the first few, and how many more (a node
-// may hold dozens of lanes).
-func someNames(names []string) string {
-	const shown = 5
-	if len(names) <= shown {
-		return strings.Join(names, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(names[:shown], ", "), len(names)-shown)
 }
 
 func (c *Controller) fail(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, msg string) error {

@@ -23,7 +23,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -45,6 +44,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/internal/enqueue"
+	"github.com/ck-synapse/synapse-fleet/controllers/internal/names"
 )
 
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities,verbs=get;list;watch;update;patch
@@ -246,15 +246,6 @@ func setLanes(st *v1.CertifiedIdentityStatus, lanes []string) {
 	st.Lanes = lanes[:min(len(lanes), ListedLanes)]
 }
 
-// usedBy names the first few lanes, for a message of bounded length.
-func usedBy(lanes []string) string {
-	const named = 5
-	if len(lanes) <= named {
-		return strings.Join(lanes, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(lanes[:named], ", "), len(lanes)-named)
-}
-
 // lanesUsing lists the lanes (namespace/name) that reference the identity.
 func (c *Controller) lanesUsing(ctx context.Context, name string) ([]string, error) {
 	var lanes v1.CatalogLaneList
@@ -295,10 +286,10 @@ func (c *Controller) finalize(ctx context.Context, id *v1.CertifiedIdentity, lan
 		setLanes(&id.Status, lanes)
 		msg := "deletion waits until no lane references it and no placement runs it"
 		if len(lanes) > 0 {
-			msg += fmt.Sprintf("; used by %d lanes: %s", len(lanes), usedBy(lanes))
+			msg += fmt.Sprintf("; used by %d lanes: %s", len(lanes), names.Some(lanes))
 		}
 		if len(placements) > 0 {
-			msg += fmt.Sprintf("; run by %d placements: %s", len(placements), usedBy(placements))
+			msg += fmt.Sprintf("; run by %d placements: %s", len(placements), names.Some(placements))
 		}
 		meta.SetStatusCondition(&id.Status.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionFalse,
 			Reason: v1.IdentityReasonInUse, Message: msg,
