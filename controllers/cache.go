@@ -33,7 +33,7 @@ import (
 
 // CacheOptions scopes the manager's cache to what the controllers read: the node Leases of
 // synapse-node-lease only (the controller's RBAC reads Leases nowhere else), the Services and
-// EndpointSlices the endpoints controller created, the certificate requests of the fleet's signer (by their managed-by labels: another
+// EndpointSlices the lanes' Service and endpoints controllers created, the certificate requests of the fleet's signer (by their managed-by labels: another
 // Service of a lane's name is never read, so never taken over), and Nodes stripped to the pod
 // CIDRs and addresses the address policy refuses.
 func CacheOptions() cache.Options {

@@ -67,6 +67,7 @@ func IndexFields(ctx context.Context, indexer client.FieldIndexer) error {
 func NewControllers(clk clock.Clock, kube client.Client, recorder events.EventRecorder, opts Options) []Controller {
 	cs := []Controller{
 		placement.NewController(clk, kube, recorder),
+		endpoints.NewServiceController(clk, kube),
 		endpoints.NewController(clk, kube, opts.Addresses),
 		endpoints.NewAddressController(clk, kube, opts.Addresses),
 		identity.NewController(clk, kube, recorder),

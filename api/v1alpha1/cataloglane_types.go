@@ -44,13 +44,21 @@ const (
 	LaneReasonNotEnoughNodes = "NotEnoughNodes"
 
 	// LaneConditionServiceReady is True when the lane's Service (named after the lane) is the
-	// one the controller created for it; False when that name is taken.
+	// one the controller created for it and its EndpointSlices are written; False when that
+	// name is taken, or the Service is missing or cannot be created. A new lane has none until
+	// its Service is there (the API server gives out ClusterIPs one at a time).
 	LaneConditionServiceReady = "ServiceReady"
 	// LaneReasonServiceReady: the lane's Service and EndpointSlices are the controller's.
 	LaneReasonServiceReady = "ServiceReady"
 	// LaneReasonServiceNameTaken: a Service (or EndpointSlice) of the lane's name exists that the
 	// controller did not create; it is never taken over, and the lane gets no endpoints.
 	LaneReasonServiceNameTaken = "ServiceNameTaken"
+	// LaneReasonServiceMissing: the lane's Service is gone; the controller creates it again,
+	// and the lane has no endpoints meanwhile.
+	LaneReasonServiceMissing = "ServiceMissing"
+	// LaneReasonServiceFailed: the API server refused to create the lane's Service (the
+	// message says why: a quota, an admission webhook, a full service range); it is tried again.
+	LaneReasonServiceFailed = "ServiceFailed"
 
 	// LaneConditionProgressing is True while the lane's placements are being brought to its
 	// latest spec (a rollout, or edits the agents still have to pick up) and False once they

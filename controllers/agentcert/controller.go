@@ -243,8 +243,8 @@ func (c *Controller) laneServices(ctx context.Context, node string) ([]string, e
 		err := c.reader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Spec.Lane}, svc)
 		switch {
 		case apierrors.IsNotFound(err):
-			// Not created yet: the endpoints controller creates it, and no one else may take
-			// the name from a lane's.
+			// Not created yet: the lanes' Service controller creates it, and no one else may
+			// take the name from a lane's.
 		case err != nil:
 			return nil, err
 		case !endpoints.LaneService(svc, p.Spec.Lane):

@@ -192,11 +192,13 @@ func OverlayLanePlacementStatus(dst *v1.CatalogLaneStatus, src *v1.CatalogLaneSt
 }
 
 // ApplyLaneCondition writes one condition of a lane under manager, leaving every other
-// condition and field as it is.
-func ApplyLaneCondition(ctx context.Context, c client.Client, key types.NamespacedName, manager string, cond metav1.Condition) error {
-	return apply(ctx, c, &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, "CatalogLane", manager, struct {
+// condition and field as it is, and returns the lane's resourceVersion after the write.
+func ApplyLaneCondition(ctx context.Context, c client.Client, key types.NamespacedName, manager string, cond metav1.Condition) (string, error) {
+	lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	err := apply(ctx, c, lane, "CatalogLane", manager, struct {
 		Conditions []metav1.Condition `json:"conditions"`
 	}{Conditions: []metav1.Condition{cond}})
+	return lane.ResourceVersion, err
 }
 
 // ApplyLaneEndpointsSpace writes the vector space, and the lane's vectorSpaceGeneration, the

@@ -117,7 +117,7 @@ var _ = Describe("MacNode addresses", func() {
 		placement(lane, inPods, v1.PhaseReady)
 		placement(lane, onNode, v1.PhaseReady)
 		placement(lane, node("192.0.2.61", 8080), v1.PhaseReady)
-		_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		_, err := reconcileLane(kube, lane)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.61"}}))
 	})

@@ -18,6 +18,11 @@ limitations under the License.
 // the lane's Ready placements' node addresses and serving ports, so in-cluster clients call
 // http://<lane>.<namespace>.svc/v1/embeddings and reach only nodes that serve the lane.
 //
+// The Service is the ServiceController's, the EndpointSlices the Controller's: a ClusterIP
+// Service's creation waits on the API server's cluster-wide allocator, and a burst of new lanes'
+// Services must not hold the slices of lanes whose Services are there. A lane gets slices only
+// once its own Service is in the cache.
+//
 // A node's address is the agent's word, so it is published only as AddressPolicy allows (a
 // second controller here says on each MacNode whether, and why not). A Service of the lane's
 // name that this controller did not create is never taken over: the lane's ServiceReady
@@ -39,7 +44,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -56,7 +60,6 @@ import (
 	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 )
 
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=cataloglanes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=certifiedidentities,verbs=get;list;watch
@@ -85,7 +88,7 @@ const (
 // did not create.
 var errNameTaken = errors.New("name taken")
 
-// Controller keeps lanes' Services and EndpointSlices.
+// Controller keeps lanes' EndpointSlices (the ServiceController their Services).
 type Controller struct {
 	clk    clock.PassiveClock
 	kube   client.Client
@@ -94,6 +97,8 @@ type Controller struct {
 	// then): a create that finds a name taken may have met an object of ours the cache does
 	// not show yet.
 	reader client.Reader
+	// own is the lanes' ServiceReady conditions as this controller last wrote them.
+	own ownWrites
 }
 
 // NewController returns the endpoints controller; policy says which node addresses may be
@@ -117,8 +122,8 @@ var errNotCachedYet = errors.New("an object of ours is not in the cache yet")
 // is another's (errNameTaken) or ours, just created and not yet in the cache (errNotCachedYet):
 // a reconcile right after our own create would otherwise take our Service or slice for
 // another's, empty the lane's endpoints and turn ServiceReady False until the next pass.
-func (c *Controller) takenBy(ctx context.Context, lane *v1.CatalogLane, kind string, obj client.Object, managedBy string) error {
-	if err := c.reader.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+func takenBy(ctx context.Context, reader client.Reader, lane *v1.CatalogLane, kind string, obj client.Object, managedBy string) error {
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			return errNotCachedYet // gone since: the next pass creates it
 		}
@@ -158,10 +163,10 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 	c.reader = mgr.GetAPIReader()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(c.Name()).
-		For(&v1.CatalogLane{}).
+		For(&v1.CatalogLane{}, builder.WithPredicates(LaneServingChanges)).
 		Owns(&corev1.Service{}).
-		Owns(&discoveryv1.EndpointSlice{}).
-		Watches(&v1.LanePlacement{}, laneOf).
+		Owns(&discoveryv1.EndpointSlice{}, builder.WithPredicates(SliceChanges)).
+		Watches(&v1.LanePlacement{}, laneOf, builder.WithPredicates(PlacementServingChanges)).
 		Watches(&v1.MacNode{}, lanesOnNode, builder.WithPredicates(ServingChanges)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}).
 		Complete(c)
@@ -171,11 +176,8 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 // the cache did not show yet.
 const NotCachedRetry = 100 * time.Millisecond
 
-// MaxConcurrentReconciles: a lane's reconcile waits on the API server (its Service, its
-// EndpointSlice, its condition: a few round trips in a row), and lanes are independent of each
-// other. With one worker a burst of lanes waited in line for their Services; with four, make
-// scale (300 Macs, 1,500 lanes) still created about 15 a second, a lane's Service coming a
-// minute and more after its placements were Ready, while the API server was far from busy.
+// MaxConcurrentReconciles: a lane's reconcile waits on the API server (its EndpointSlice, its
+// condition: a round trip or two in a row), and lanes are independent of each other.
 const MaxConcurrentReconciles = 16
 
 // ServingChanges passes a MacNode event only if it changes what the lanes' EndpointSlices are
@@ -189,39 +191,123 @@ var ServingChanges = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool 
 		!equality.Semantic.DeepEqual(old.Status.Addresses, cur.Status.Addresses) || lost(old) != lost(cur)
 }}
 
-// Reconcile writes one lane's Service and EndpointSlices, and its ServiceReady condition.
+// SliceChanges passes the lanes' EndpointSlices' changes and deletions, not their creation:
+// only this controller creates them, and the pass a creation brought came right after the pass
+// that made it, with nothing to do. A changed or deleted slice is mended.
+var SliceChanges = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
+
+// LaneServingChanges passes a CatalogLane event only if it changes what this controller reads
+// of the lane: its spec (the condition's observed generation), its deletion, the vector space it
+// answers in, and this controller's own status fields. The placement controller writes the
+// lane's status as its placements progress, and each write would otherwise reconcile it here.
+var LaneServingChanges = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	old, ok1 := e.ObjectOld.(*v1.CatalogLane)
+	cur, ok2 := e.ObjectNew.(*v1.CatalogLane)
+	if !ok1 || !ok2 {
+		return true
+	}
+	was := meta.FindStatusCondition(old.Status.Conditions, v1.LaneConditionServiceReady)
+	is := meta.FindStatusCondition(cur.Status.Conditions, v1.LaneConditionServiceReady)
+	return old.Generation != cur.Generation || old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero() ||
+		old.Status.VectorSpaceID != cur.Status.VectorSpaceID || old.Status.VectorSpaceGeneration != cur.Status.VectorSpaceGeneration ||
+		old.Status.EndpointsVectorSpaceID != cur.Status.EndpointsVectorSpaceID ||
+		old.Status.EndpointsVectorSpaceGeneration != cur.Status.EndpointsVectorSpaceGeneration ||
+		(was == nil) != (is == nil) || was != nil && (was.Status != is.Status || was.Reason != is.Reason || was.Message != is.Message || was.ObservedGeneration != is.ObservedGeneration)
+}}
+
+// PlacementServingChanges passes a LanePlacement event only if it changes what its lane's
+// EndpointSlices list or whether it is drained: whether it is Ready, its node known lost,
+// terminating or deleted, drained, and where and in which vector space it serves. An agent
+// reports a placement's progress several times on its way to Ready (its phase, its shapes,
+// its conditions' messages), and each report would otherwise reconcile the lane; with the
+// lanes reconciled at once, a report arriving between this controller's write and the cache's
+// sight of it also had the write made twice.
+var PlacementServingChanges = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	old, ok1 := e.ObjectOld.(*v1.LanePlacement)
+	cur, ok2 := e.ObjectNew.(*v1.LanePlacement)
+	return !ok1 || !ok2 || servingState(old) != servingState(cur)
+}}
+
+// placementServing is what of a placement its lane's endpoints are made of.
+type placementServing struct {
+	lane, node, identity, space            string
+	ready, nodeLost, terminating, deleting bool
+	drained                                metav1.ConditionStatus
+}
+
+func servingState(p *v1.LanePlacement) placementServing {
+	s := placementServing{lane: p.Labels[v1.LabelLane], node: p.Spec.Node, identity: p.Spec.Identity, space: p.Spec.VectorSpaceID,
+		ready: p.Status.Phase == v1.PhaseReady, nodeLost: meta.IsStatusConditionFalse(p.Status.Conditions, v1.PlacementConditionNodeReady),
+		terminating: meta.IsStatusConditionTrue(p.Status.Conditions, v1.PlacementConditionTerminating), deleting: !p.DeletionTimestamp.IsZero()}
+	if d := meta.FindStatusCondition(p.Status.Conditions, v1.PlacementConditionDrained); d != nil {
+		s.drained = d.Status
+	}
+	return s
+}
+
+// Reconcile writes one lane's EndpointSlices, and its ServiceReady condition, once the lane's
+// Service (the ServiceController's) is in the cache.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	lane := &v1.CatalogLane{}
 	if err := c.kube.Get(ctx, req.NamespacedName, lane); err != nil {
+		if apierrors.IsNotFound(err) {
+			c.own.forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !lane.DeletionTimestamp.IsZero() {
+		c.own.forget(req.NamespacedName)
 		return reconcile.Result{}, nil
 	}
-	err := c.service(ctx, lane)
-	if err == nil {
-		var byPort map[int32][]endpoint
-		if byPort, err = c.readyEndpoints(ctx, lane); err != nil {
+	ours, err := c.hasService(ctx, lane)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !ours {
+		// Not created yet, gone, or its name another's (the ServiceController says so on
+		// ServiceReady): slices of the lane's name would feed whatever Service holds the name,
+		// so the lane has none until its own is there; its creation brings the lane back. No
+		// slice lists a stopping placement, so it is drained.
+		if err := c.slices(ctx, lane, nil); err != nil {
 			return reconcile.Result{}, err
 		}
-		err = c.slices(ctx, lane, byPort)
-		if err == nil {
-			err = c.confirmDrained(ctx, lane)
+		if err := c.confirmDrained(ctx, lane); err != nil {
+			return reconcile.Result{}, err
 		}
+		if err := c.followedSpace(ctx, lane); err != nil {
+			return reconcile.Result{}, err
+		}
+		// A lane that had its Service says that it is gone; a new lane, still waiting for its
+		// first, costs no write.
+		if meta.IsStatusConditionTrue(c.own.conditions(lane), v1.LaneConditionServiceReady) {
+			missing := fmt.Errorf("Service %s/%s is gone", lane.Namespace, lane.Name)
+			return reconcile.Result{}, setServiceCondition(ctx, c.kube, lane, serviceCondition(c.clk, lane, v1.LaneReasonServiceMissing, missing), &c.own)
+		}
+		return reconcile.Result{}, nil
+	}
+	byPort, err := c.readyEndpoints(ctx, lane)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	err = c.slices(ctx, lane, byPort)
+	if err == nil {
+		err = c.confirmDrained(ctx, lane)
 	}
 	if errors.Is(err, errNotCachedYet) {
 		// Ours, just created: the next pass, once the cache shows it, goes on from there.
 		return reconcile.Result{RequeueAfter: NotCachedRetry}, nil
 	}
 	if errors.Is(err, errNameTaken) {
-		// Nothing of ours may carry the lane's Service name: the slices would feed that Service.
+		// An EndpointSlice of the lane's name is another's: none of ours may feed the Service
+		// beside it.
 		if err := c.slices(ctx, lane, nil); err != nil {
 			return reconcile.Result{}, err
 		}
 		if err := c.followedSpace(ctx, lane); err != nil {
 			return reconcile.Result{}, err
 		}
-		return reconcile.Result{}, c.setServiceCondition(ctx, lane, err)
+		// Tried again: no event of ours says when the other's slice goes.
+		return reconcile.Result{RequeueAfter: TakenRetry}, setServiceCondition(ctx, c.kube, lane, serviceCondition(c.clk, lane, v1.LaneReasonServiceNameTaken, err), &c.own)
 	}
 	if err != nil {
 		return reconcile.Result{}, err
@@ -229,7 +315,16 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.followedSpace(ctx, lane); err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, c.setServiceCondition(ctx, lane, nil)
+	return reconcile.Result{}, setServiceCondition(ctx, c.kube, lane, serviceCondition(c.clk, lane, "", nil), &c.own)
+}
+
+// hasService reports whether the lane's Service is there and the controller's.
+func (c *Controller) hasService(ctx context.Context, lane *v1.CatalogLane) (bool, error) {
+	svc := &corev1.Service{}
+	if err := c.kube.Get(ctx, client.ObjectKeyFromObject(lane), svc); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return LaneService(svc, lane.Name), nil
 }
 
 // followedSpace records, once the lane's EndpointSlices are written, the vector space they were
@@ -248,86 +343,52 @@ func (c *Controller) followedSpace(ctx context.Context, lane *v1.CatalogLane) er
 	return nil
 }
 
-// service creates or updates the lane's Service. A Service of that name this controller did
-// not create is errNameTaken: the manager's cache holds only this controller's Services, so a
-// foreign one shows as a Create that finds the name taken.
-func (c *Controller) service(ctx context.Context, lane *v1.CatalogLane) error {
-	key := client.ObjectKeyFromObject(lane)
-	svc := &corev1.Service{}
-	err := c.kube.Get(ctx, key, svc)
-	switch {
-	case apierrors.IsNotFound(err):
-		svc = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: lane.Name, Namespace: lane.Namespace}}
-		if err := c.desiredService(lane, svc); err != nil {
-			return err
-		}
-		err := c.kube.Create(ctx, svc)
-		if apierrors.IsAlreadyExists(err) {
-			return c.takenBy(ctx, lane, "Service", &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: lane.Name, Namespace: lane.Namespace}}, ServiceManagedByLabel)
-		}
-		return err
-	case err != nil:
-		return err
-	}
-	if !LaneService(svc, lane.Name) {
-		return fmt.Errorf("Service %s: %w", key, errNameTaken)
-	}
-	stored := svc.DeepCopy()
-	if err := c.desiredService(lane, svc); err != nil {
-		return err
-	}
-	if equality.Semantic.DeepEqual(stored, svc) {
-		return nil
-	}
-	return c.kube.Patch(ctx, svc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
-}
-
-// LaneService reports whether svc is the Service of a lane named lane, as this controller
-// marks the Services it writes: the agents' serving certificates name only such Services.
-func LaneService(svc *corev1.Service, lane string) bool {
-	return svc.Labels[ServiceManagedByLabel] == ManagedBy && ownedByLaneNamed(svc, lane)
-}
-
-// ownedByLaneNamed reports whether o's controller is a CatalogLane of that name: this lane, or
-// an earlier lane of the same name whose Service the garbage collector has not removed yet.
-func ownedByLaneNamed(o metav1.Object, name string) bool {
-	ref := metav1.GetControllerOf(o)
-	return ref != nil && ref.Kind == "CatalogLane" && ref.Name == name && strings.HasPrefix(ref.APIVersion, v1.GroupVersion.Group+"/")
-}
-
-// desiredService sets what the lane's Service must hold; an earlier lane's controller
-// reference is replaced by this lane's.
-func (c *Controller) desiredService(lane *v1.CatalogLane, svc *corev1.Service) error {
-	if svc.Labels == nil {
-		svc.Labels = map[string]string{}
-	}
-	svc.Labels[v1.LabelLane] = lane.Name
-	svc.Labels[ServiceManagedByLabel] = ManagedBy
-	// No selector: the endpoints are Macs, not Pods; this controller writes them.
-	svc.Spec.Selector = nil
-	svc.Spec.Ports = []corev1.ServicePort{{Name: PortName, Protocol: corev1.ProtocolTCP, AppProtocol: ptr.To(AppProtocol), Port: ServicePort, TargetPort: intstr.FromString(PortName)}}
-	if ref := metav1.GetControllerOf(svc); ref != nil && ref.UID != lane.UID {
-		svc.OwnerReferences = slices.DeleteFunc(svc.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == ref.UID })
-	}
-	return controllerutil.SetControllerReference(lane, svc, c.kube.Scheme())
-}
-
-// setServiceCondition records whether the lane's Service is the controller's.
-func (c *Controller) setServiceCondition(ctx context.Context, lane *v1.CatalogLane, taken error) error {
+// serviceCondition is the lane's ServiceReady condition: True with no error; False with
+// reason, the error saying why.
+func serviceCondition(clk clock.PassiveClock, lane *v1.CatalogLane, reason string, err error) metav1.Condition {
 	cond := metav1.Condition{Type: v1.LaneConditionServiceReady, Status: metav1.ConditionTrue, Reason: v1.LaneReasonServiceReady,
 		Message:            fmt.Sprintf("Service %s and its EndpointSlices are the controller's", lane.Name),
-		ObservedGeneration: lane.Generation, LastTransitionTime: metav1.NewTime(c.clk.Now())}
-	if taken != nil {
-		cond.Status, cond.Reason = metav1.ConditionFalse, v1.LaneReasonServiceNameTaken
-		cond.Message = fmt.Sprintf("%v: an object of the lane's name exists that this controller did not create; it is never taken over. "+
-			"Rename the lane or remove that object; meanwhile the lane has no Service endpoints", taken)
+		ObservedGeneration: lane.Generation, LastTransitionTime: metav1.NewTime(clk.Now())}
+	if err == nil {
+		return cond
 	}
-	if !statusapply.Changed(lane.Status.Conditions, cond) {
+	cond.Status, cond.Reason = metav1.ConditionFalse, reason
+	switch reason {
+	case v1.LaneReasonServiceNameTaken:
+		cond.Message = fmt.Sprintf("%v: an object of the lane's name exists that this controller did not create; it is never taken over. "+
+			"Rename the lane or remove that object; meanwhile the lane has no Service endpoints", err)
+	case v1.LaneReasonServiceMissing:
+		cond.Message = fmt.Sprintf("%v; the controller creates it again, and the lane has no Service endpoints meanwhile", err)
+	default:
+		cond.Message = fmt.Sprintf("creating Service %s: %v; it is tried again, and the lane has no Service endpoints meanwhile", lane.Name, err)
+	}
+	return cond
+}
+
+// setServiceCondition writes the lane's ServiceReady condition if cond changes it. Both
+// controllers of a lane's Service write it, under one field manager: the Service controller when
+// the Service's name is taken or its creation fails, this one otherwise. own, if not nil,
+// remembers the writes made through it and is believed over a cache that does not show them
+// yet.
+func setServiceCondition(ctx context.Context, kube client.Client, lane *v1.CatalogLane, cond metav1.Condition, own *ownWrites) error {
+	current := lane.Status.Conditions
+	if own != nil {
+		current = own.conditions(lane)
+	}
+	if !statusapply.Changed(current, cond) {
 		return nil
 	}
+	cond = statusapply.Next(current, cond)
 	// Applied, its own type alone: the placement controller writes the lane's other conditions.
-	return statusapply.ApplyLaneCondition(ctx, c.kube, client.ObjectKeyFromObject(lane),
-		statusapply.Manager(statusapply.LaneEndpointsManager, v1.LaneConditionServiceReady), statusapply.Next(lane.Status.Conditions, cond))
+	rv, err := statusapply.ApplyLaneCondition(ctx, kube, client.ObjectKeyFromObject(lane),
+		statusapply.Manager(statusapply.LaneEndpointsManager, v1.LaneConditionServiceReady), cond)
+	if err != nil {
+		return err
+	}
+	if own != nil {
+		own.wrote(lane, rv, cond)
+	}
+	return nil
 }
 
 // endpoint is one node's address and its EndpointSlice conditions.
@@ -458,6 +519,8 @@ func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort ma
 		client.MatchingLabels{discoveryv1.LabelServiceName: lane.Name, discoveryv1.LabelManagedBy: ManagedBy}); err != nil {
 		return err
 	}
+	// Only slices this controller wrote for the lane: a label is anyone's to set.
+	existing.Items = slices.DeleteFunc(existing.Items, func(s discoveryv1.EndpointSlice) bool { return !ownedByLaneNamed(&s, lane.Name) })
 	sliceName := func(port int32) string { return fmt.Sprintf("%s-%d", lane.Name, port) }
 	wanted := map[string]map[string]bool{} // slice name: the addresses it is to list
 	for port, addrs := range byPort {
@@ -506,6 +569,10 @@ func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort ma
 		name := sliceName(port)
 		slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: lane.Namespace}}
 		_, err := controllerutil.CreateOrPatch(ctx, c.kube, slice, func() error {
+			if slice.ResourceVersion != "" && (slice.Labels[discoveryv1.LabelManagedBy] != ManagedBy || !ownedByLaneNamed(slice, lane.Name)) {
+				// Another's, seen where the cache holds more than this controller's own.
+				return fmt.Errorf("EndpointSlice %s/%s: %w", slice.Namespace, slice.Name, errNameTaken)
+			}
 			slice.Labels = map[string]string{discoveryv1.LabelServiceName: lane.Name, discoveryv1.LabelManagedBy: ManagedBy, v1.LabelLane: lane.Name}
 			slice.AddressType = discoveryv1.AddressTypeIPv4
 			slice.Ports = []discoveryv1.EndpointPort{{Name: ptr.To(PortName), Protocol: ptr.To(corev1.ProtocolTCP), AppProtocol: ptr.To(AppProtocol), Port: ptr.To(port)}}
@@ -520,7 +587,7 @@ func (c *Controller) slices(ctx context.Context, lane *v1.CatalogLane, byPort ma
 		if apierrors.IsAlreadyExists(err) {
 			// The cache holds only ours: an EndpointSlice of that name is another's, or ours
 			// just created.
-			return c.takenBy(ctx, lane, "EndpointSlice", &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: lane.Namespace}}, discoveryv1.LabelManagedBy)
+			return takenBy(ctx, c.reader, lane, "EndpointSlice", &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: lane.Namespace}}, discoveryv1.LabelManagedBy)
 		}
 		if err != nil {
 			return err

@@ -143,7 +143,7 @@ func switchSpace(c client.Client, lane *v1.CatalogLane, space string) {
 	}
 	lane.Status.VectorSpaceID = space
 	Expect(kube.Status().Update(ctx, lane)).To(Succeed())
-	_, err := endpoints.NewController(clk, c, policy).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+	_, err := reconcileLane(c, lane)
 	Expect(err).NotTo(HaveOccurred())
 }
 
@@ -183,7 +183,7 @@ var _ = Describe("Endpoints", func() {
 			Expect(kube.Create(ctx, lane)).To(Succeed())
 			placement(lane, node("192.0.2.30", 8080), v1.PhaseReady)
 
-			_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			_, err := reconcileLane(kube, lane)
 			Expect(err).NotTo(HaveOccurred())
 			c := serviceCondition(lane)
 			Expect(c.Status).To(Equal(metav1.ConditionFalse))
@@ -199,13 +199,13 @@ var _ = Describe("Endpoints", func() {
 			// A foreign Service that forges the controller's label is still not taken.
 			svc.Labels[endpoints.ServiceManagedByLabel] = endpoints.ManagedBy
 			Expect(kube.Update(ctx, svc)).To(Succeed())
-			_, err = newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			_, err = reconcileLane(kube, lane)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(serviceCondition(lane).Reason).To(Equal(v1.LaneReasonServiceNameTaken))
 			Expect(endpointIPs(lane)).To(BeEmpty())
 
 			Expect(kube.Delete(ctx, svc)).To(Succeed())
-			_, err = newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			_, err = reconcileLane(kube, lane)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(serviceCondition(lane).Status).To(Equal(metav1.ConditionTrue))
 			Expect(kube.Get(ctx, client.ObjectKeyFromObject(foreign), svc)).To(Succeed())
@@ -221,12 +221,26 @@ var _ = Describe("Endpoints", func() {
 		switchSpace(kube, lane, "gte-v1")
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.60"}}))
 		Expect(serviceCondition(lane).Status).To(Equal(metav1.ConditionTrue))
+		req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)}
 
-		// A cache a moment behind: neither the Service nor the slice shows yet.
-		stale := interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+		// A cache a moment behind, that does not show the Service yet.
+		noService := interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
 			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
-				switch o.(type) {
-				case *corev1.Service, *discoveryv1.EndpointSlice:
+				if _, ok := o.(*corev1.Service); ok {
+					return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
+				}
+				return c.Get(ctx, key, o, opts...)
+			},
+		})
+		res, err := endpoints.NewServiceController(clk, noService).WithAPIReader(kube).Reconcile(ctx, req)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(Equal(endpoints.NotCachedRetry), "the lane comes back once the cache shows it")
+		Expect(serviceCondition(lane).Status).To(Equal(metav1.ConditionTrue), "its own Service is not another's")
+
+		// One that does not show the EndpointSlice yet.
+		noSlice := interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+				if _, ok := o.(*discoveryv1.EndpointSlice); ok {
 					return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
 				}
 				return c.Get(ctx, key, o, opts...)
@@ -238,11 +252,106 @@ var _ = Describe("Endpoints", func() {
 				return c.List(ctx, list, opts...)
 			},
 		})
-		res, err := endpoints.NewController(clk, stale, policy).WithAPIReader(kube).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		res, err = endpoints.NewController(clk, noSlice, policy).WithAPIReader(kube).Reconcile(ctx, req)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(res.RequeueAfter).To(Equal(endpoints.NotCachedRetry), "the lane comes back once the cache shows them")
-		Expect(serviceCondition(lane).Status).To(Equal(metav1.ConditionTrue), "its own Service is not another's")
+		Expect(res.RequeueAfter).To(Equal(endpoints.NotCachedRetry), "the lane comes back once the cache shows it")
+		Expect(serviceCondition(lane).Status).To(Equal(metav1.ConditionTrue), "its own EndpointSlice is not another's")
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.60"}}))
+	})
+
+	It("should write no EndpointSlice for a lane until its Service is there, and then at once", func() {
+		lane := laneOf(1)
+		placement(lane, node("192.0.2.61", 8080), v1.PhaseReady)
+		req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)}
+		_, err := newController().Reconcile(ctx, req)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(endpointIPs(lane)).To(BeEmpty(), "a slice of the lane's name would feed whatever Service takes the name")
+		Expect(serviceCondition(lane)).To(BeNil())
+
+		_, err = endpoints.NewServiceController(clk, kube).Reconcile(ctx, req)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(endpointIPs(lane)).To(BeEmpty(), "the Service controller writes the Service alone")
+		_, err = newController().Reconcile(ctx, req)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.61"}}))
+		Expect(serviceCondition(lane).Status).To(Equal(metav1.ConditionTrue))
+
+		// Its Service deleted: the slices go with it, and the lane says so.
+		Expect(kube.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: lane.Name, Namespace: lane.Namespace}})).To(Succeed())
+		_, err = newController().Reconcile(ctx, req)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(endpointIPs(lane)).To(BeEmpty())
+		Expect(serviceCondition(lane).Status).To(Equal(metav1.ConditionFalse))
+		Expect(serviceCondition(lane).Reason).To(Equal(v1.LaneReasonServiceMissing))
+		Expect(serviceCondition(lane).Message).To(ContainSubstring("Service default/" + lane.Name + " is gone"))
+		_, err = reconcileLane(kube, lane) // made again
+		Expect(err).NotTo(HaveOccurred())
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.61"}}))
+		Expect(serviceCondition(lane).Status).To(Equal(metav1.ConditionTrue))
+
+		// Deleted again, and the name taken by another's before it is made again.
+		Expect(kube.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: lane.Name, Namespace: lane.Namespace}})).To(Succeed())
+		Expect(kube.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: lane.Name, Namespace: lane.Namespace},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "web", Port: 8443}}}})).To(Succeed())
+		_, err = newController().Reconcile(ctx, req)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(endpointIPs(lane)).To(BeEmpty())
+		res, err := endpoints.NewServiceController(clk, kube).Reconcile(ctx, req)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(Equal(endpoints.TakenRetry), "no event says when the other's Service goes")
+		Expect(serviceCondition(lane).Reason).To(Equal(v1.LaneReasonServiceNameTaken))
+	})
+
+	It("should leave out a lane whose EndpointSlice name is another's, say so, and try the name again", func() {
+		lane := laneOf(1)
+		theirs := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-8080", Namespace: lane.Namespace},
+			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"198.51.100.7"}}}}
+		Expect(kube.Create(ctx, theirs)).To(Succeed())
+		placement(lane, node("192.0.2.63", 8080), v1.PhaseReady)
+		res, err := reconcileLane(kube, lane)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(Equal(endpoints.TakenRetry), "no event says when the other's slice goes")
+		c := serviceCondition(lane)
+		Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		Expect(c.Reason).To(Equal(v1.LaneReasonServiceNameTaken))
+		Expect(c.Message).To(ContainSubstring("EndpointSlice default/" + theirs.Name))
+		got := &discoveryv1.EndpointSlice{}
+		Expect(kube.Get(ctx, client.ObjectKeyFromObject(theirs), got)).To(Succeed())
+		Expect(got.Endpoints).To(Equal(theirs.Endpoints), "another's slice was changed")
+
+		Expect(kube.Delete(ctx, theirs)).To(Succeed())
+		res, err = reconcileLane(kube, lane)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(BeZero())
+		Expect(serviceCondition(lane).Status).To(Equal(metav1.ConditionTrue))
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.63"}}))
+	})
+
+	It("should say on the lane why the API server refused its Service, and make it once it may", func() {
+		lane := laneOf(1)
+		placement(lane, node("192.0.2.62", 8080), v1.PhaseReady)
+		req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)}
+		quota := apierrors.NewForbidden(schema.GroupResource{Resource: "services"}, lane.Name, errors.New("exceeded quota: services, requested: services=1, used: services=10, limited: services=10"))
+		refusing := interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
+				if _, ok := o.(*corev1.Service); ok {
+					return quota
+				}
+				return c.Create(ctx, o, opts...)
+			},
+		})
+		_, err := endpoints.NewServiceController(clk, refusing).Reconcile(ctx, req)
+		Expect(err).To(MatchError(ContainSubstring("exceeded quota")), "returned, for the workqueue to try again with its backoff")
+		c := serviceCondition(lane)
+		Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		Expect(c.Reason).To(Equal(v1.LaneReasonServiceFailed))
+		Expect(c.Message).To(ContainSubstring("exceeded quota: services"))
+		Expect(endpointIPs(lane)).To(BeEmpty())
+
+		_, err = reconcileLane(kube, lane)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(serviceCondition(lane).Status).To(Equal(metav1.ConditionTrue))
+		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.62"}}))
 	})
 
 	It("should give a lane a selector-less Service whose endpoints follow its Ready placements", func() {
@@ -256,8 +365,7 @@ var _ = Describe("Endpoints", func() {
 		placement(lane, b, v1.PhaseCompiling)
 		placement(lane, c, v1.PhaseReady)
 
-		ctl := newController()
-		_, err := ctl.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		_, err := reconcileLane(kube, lane)
 		Expect(err).NotTo(HaveOccurred())
 		svc := &corev1.Service{}
 		Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), svc)).To(Succeed())
@@ -279,7 +387,7 @@ var _ = Describe("Endpoints", func() {
 		// A placement that stops being Ready leaves the endpoints.
 		pa.Status.Phase = v1.PhaseFailed
 		Expect(kube.Status().Update(ctx, pa)).To(Succeed())
-		_, err = ctl.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		_, err = reconcileLane(kube, lane)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{9090: {"192.0.2.3"}}))
 	})
@@ -294,7 +402,7 @@ var _ = Describe("Endpoints", func() {
 		placement(lane, node("169.254.1.1", 8080), v1.PhaseReady)
 		placement(lane, node("192.0.2.9", 8080), v1.PhaseReady)
 
-		_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		_, err := reconcileLane(kube, lane)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.9"}}))
 	})
@@ -372,12 +480,12 @@ var _ = Describe("Endpoints", func() {
 		Expect(kube.Get(ctx, client.ObjectKeyFromObject(lane), lane)).To(Succeed())
 		lane.Status.VectorSpaceID, lane.Status.VectorSpaceGeneration = "gte-v2", 1
 		Expect(kube.Status().Update(ctx, lane)).To(Succeed())
-		_, err := endpoints.NewController(clk, failing, policy).Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		_, err := reconcileLane(failing, lane)
 		Expect(err).To(MatchError(refused))
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.45"}}))
 		Expect(endpointsSpace(lane)).To(BeEmpty(), "the slices still list the old space")
 
-		_, err = newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		_, err = reconcileLane(kube, lane)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(endpointIPs(lane)).To(Equal(map[int32][]string{8080: {"192.0.2.46"}}))
 		Expect(endpointsSpace(lane)).To(Equal("gte-v2@1"))
@@ -461,7 +569,7 @@ var _ = Describe("Endpoints", func() {
 					_, err := lc.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(n)})
 					Expect(err).NotTo(HaveOccurred())
 				}
-				_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+				_, err := reconcileLane(kube, lane)
 				Expect(err).NotTo(HaveOccurred())
 			}
 			reconcileBoth()
@@ -495,7 +603,7 @@ var _ = Describe("Endpoints", func() {
 		Expect(kube.Update(ctx, pd)).To(Succeed())
 		Expect(kube.Delete(ctx, pd)).To(Succeed())
 		placement(lane, serving, v1.PhaseReady)
-		_, err := newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		_, err := reconcileLane(kube, lane)
 		Expect(err).NotTo(HaveOccurred())
 
 		var list discoveryv1.EndpointSliceList
@@ -513,7 +621,7 @@ var _ = Describe("Endpoints", func() {
 		// The agent runs again: no longer terminating, the confirmation is cleared.
 		meta.RemoveStatusCondition(&ps.Status.Conditions, v1.PlacementConditionTerminating)
 		Expect(kube.Status().Update(ctx, ps)).To(Succeed())
-		_, err = newController().Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		_, err = reconcileLane(kube, lane)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(kube.Get(ctx, client.ObjectKeyFromObject(ps), ps)).To(Succeed())
 		Expect(meta.FindStatusCondition(ps.Status.Conditions, v1.PlacementConditionDrained)).To(BeNil())

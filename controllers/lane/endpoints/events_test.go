@@ -19,6 +19,8 @@ package endpoints_test
 import (
 	"testing"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -88,5 +90,89 @@ func TestAddressChangesPassesAddressesAndTheConditionItself(t *testing.T) {
 	bare.Status.Conditions = nil
 	if !endpoints.AddressChanges.Update(event.UpdateEvent{ObjectOld: bare, ObjectNew: n}) {
 		t.Error("the condition's first write did not pass")
+	}
+}
+
+// Only a change of what a placement's lane lists of it, or of whether it is drained, reconciles
+// the lane: its agent's progress reports on the way to Ready do not.
+func TestOnlyAPlacementChangeOfServingReconcilesItsLane(t *testing.T) {
+	p := &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1.LabelLane: "gte"}},
+		Spec: v1.LanePlacementSpec{Lane: "gte", Node: "mac-a", Identity: "gte", VectorSpaceID: "gte-v1"},
+		Status: v1.LanePlacementStatus{Phase: v1.PhaseCompiling,
+			Conditions: []metav1.Condition{{Type: v1.PlacementConditionNodeReady, Status: metav1.ConditionTrue, Reason: "LeaseRenewed"}}}}
+	for name, tc := range map[string]struct {
+		change func(*v1.LanePlacement)
+		want   bool
+	}{
+		"nothing":             {func(*v1.LanePlacement) {}, false},
+		"another phase":       {func(p *v1.LanePlacement) { p.Status.Phase = v1.PhaseLoading }, false},
+		"a condition's words": {func(p *v1.LanePlacement) { p.Status.Conditions[0].Message = "renewed at 12:00" }, false},
+		"another condition": {func(p *v1.LanePlacement) {
+			meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: "Compiled", Status: metav1.ConditionTrue, Reason: "Compiled"})
+		}, false},
+		"Ready":     {func(p *v1.LanePlacement) { p.Status.Phase = v1.PhaseReady }, true},
+		"node lost": {func(p *v1.LanePlacement) { p.Status.Conditions[0].Status = metav1.ConditionFalse }, true},
+		"terminating": {func(p *v1.LanePlacement) {
+			meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1.PlacementConditionTerminating, Status: metav1.ConditionTrue, Reason: "Stopping"})
+		}, true},
+		"drained": {func(p *v1.LanePlacement) {
+			meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: v1.PlacementConditionDrained, Status: metav1.ConditionTrue, Reason: v1.PlacementReasonNotAnEndpoint})
+		}, true},
+		"deleted":              {func(p *v1.LanePlacement) { now := metav1.Now(); p.DeletionTimestamp = &now }, true},
+		"another vector space": {func(p *v1.LanePlacement) { p.Spec.VectorSpaceID = "gte-v2" }, true},
+		"another lane":         {func(p *v1.LanePlacement) { p.Labels[v1.LabelLane] = "bge" }, true},
+	} {
+		cur := p.DeepCopy()
+		tc.change(cur)
+		if got := endpoints.PlacementServingChanges.Update(event.UpdateEvent{ObjectOld: p, ObjectNew: cur}); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+	if !endpoints.PlacementServingChanges.Create(event.CreateEvent{Object: p}) || !endpoints.PlacementServingChanges.Delete(event.DeleteEvent{Object: p}) {
+		t.Error("a new or deleted placement did not reconcile its lane")
+	}
+}
+
+// Only a change of what the endpoints controller reads of a lane reconciles it: the placement
+// controller's writes of the lane's progress do not.
+func TestOnlyALaneChangeOfServingReconcilesIt(t *testing.T) {
+	l := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Generation: 1},
+		Status: v1.CatalogLaneStatus{VectorSpaceID: "gte-v1", Conditions: []metav1.Condition{
+			{Type: v1.LaneConditionServiceReady, Status: metav1.ConditionTrue, Reason: v1.LaneReasonServiceReady, ObservedGeneration: 1},
+			{Type: "Placed", Status: metav1.ConditionFalse, Reason: "Placing", Message: "1 of 2 replicas placed"}}}}
+	for name, tc := range map[string]struct {
+		change func(*v1.CatalogLane)
+		want   bool
+	}{
+		"nothing":                   {func(*v1.CatalogLane) {}, false},
+		"another condition":         {func(l *v1.CatalogLane) { l.Status.Conditions[1].Message = "2 of 2 replicas placed" }, false},
+		"ready replicas":            {func(l *v1.CatalogLane) { l.Status.ReadyReplicas = 2 }, false},
+		"spec":                      {func(l *v1.CatalogLane) { l.Generation = 2 }, true},
+		"deleted":                   {func(l *v1.CatalogLane) { now := metav1.Now(); l.DeletionTimestamp = &now }, true},
+		"vector space":              {func(l *v1.CatalogLane) { l.Status.VectorSpaceID, l.Status.VectorSpaceGeneration = "gte-v2", 1 }, true},
+		"endpoints' vector space":   {func(l *v1.CatalogLane) { l.Status.EndpointsVectorSpaceID = "gte-v1" }, true},
+		"ServiceReady dropped":      {func(l *v1.CatalogLane) { l.Status.Conditions = l.Status.Conditions[1:] }, true},
+		"ServiceReady turned":       {func(l *v1.CatalogLane) { l.Status.Conditions[0].Status = metav1.ConditionFalse }, true},
+		"ServiceReady's generation": {func(l *v1.CatalogLane) { l.Status.Conditions[0].ObservedGeneration = 0 }, true},
+	} {
+		cur := l.DeepCopy()
+		tc.change(cur)
+		if got := endpoints.LaneServingChanges.Update(event.UpdateEvent{ObjectOld: l, ObjectNew: cur}); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+// A lane's EndpointSlice brings its lane back when it is changed or deleted, to be mended, not
+// when it is created: only the endpoints controller creates them.
+func TestOnlyASliceChangedOrDeletedReconcilesItsLane(t *testing.T) {
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "gte-8080", Namespace: "default"}}
+	changed := s.DeepCopy()
+	changed.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.1"}}}
+	if endpoints.SliceChanges.Create(event.CreateEvent{Object: s}) {
+		t.Error("a slice's creation reconciled its lane")
+	}
+	if !endpoints.SliceChanges.Update(event.UpdateEvent{ObjectOld: s, ObjectNew: changed}) || !endpoints.SliceChanges.Delete(event.DeleteEvent{Object: s}) {
+		t.Error("a changed or deleted slice did not reconcile its lane")
 	}
 }

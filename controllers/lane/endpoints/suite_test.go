@@ -24,7 +24,9 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/lane/endpoints"
 	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
@@ -37,9 +39,20 @@ var (
 	// 10.0.0.0/24.
 	policy = endpoints.AddressPolicy{Allowed: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("10.0.0.0/8")},
 		Denied: []netip.Prefix{netip.MustParsePrefix("192.0.2.240/28")}}
-	_ = testenv.Suite(func(e *testenv.Env) { kube = e.Client })
+	testEnv *testenv.Env
+	_       = testenv.Suite(func(e *testenv.Env) { testEnv, kube = e, e.Client })
 )
 
 func newController() *endpoints.Controller { return endpoints.NewController(clk, kube, policy) }
+
+// reconcileLane reconciles the lane through c as the manager would: its Service, then its
+// EndpointSlices and condition.
+func reconcileLane(c client.Client, lane *v1.CatalogLane) (reconcile.Result, error) {
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)}
+	if _, err := endpoints.NewServiceController(clk, c).Reconcile(ctx, req); err != nil {
+		return reconcile.Result{}, err
+	}
+	return endpoints.NewController(clk, c, policy).Reconcile(ctx, req)
+}
 
 func TestEndpoints(t *testing.T) { testenv.RunSpecs(t, "Lane endpoints") }

@@ -411,8 +411,9 @@ var _ = Describe("Placement", func() {
 		lane := reconcileLane(newLane(id, 1))
 		serviceReady := metav1.Condition{Type: v1.LaneConditionServiceReady, Status: metav1.ConditionTrue, Reason: v1.LaneReasonServiceReady,
 			Message: "the Service is the controller's", LastTransitionTime: metav1.NewTime(clk.Now())}
-		Expect(statusapply.ApplyLaneCondition(ctx, kube, client.ObjectKeyFromObject(lane),
-			statusapply.Manager(statusapply.LaneEndpointsManager, v1.LaneConditionServiceReady), serviceReady)).To(Succeed())
+		_, err := statusapply.ApplyLaneCondition(ctx, kube, client.ObjectKeyFromObject(lane),
+			statusapply.Manager(statusapply.LaneEndpointsManager, v1.LaneConditionServiceReady), serviceReady)
+		Expect(err).NotTo(HaveOccurred())
 
 		// A placement controller whose reads miss that write, as an informer a moment behind.
 		stale := placement.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
@@ -434,7 +435,7 @@ var _ = Describe("Placement", func() {
 		}
 		clk.Step(placement.ProgressInterval)
 		before := writes.Load()
-		_, err := stale.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+		_, err = stale.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(writes.Load()).To(Equal(before+1), "the Ready replica is written")
 		got := &v1.CatalogLane{}
