@@ -45,6 +45,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -104,8 +105,12 @@ type Controller struct {
 	beats map[string]heartbeat
 	// apiFailed is when a call to the API server last failed.
 	apiFailed time.Time
-	// held is whether evictions were held when last judged.
-	held bool
+	// held is whether evictions were held when last judged, by the judgement begun last
+	// (judged, its number among judgements).
+	held   bool
+	judged uint64
+	// judgements numbers the fleet's judgements as they begin (see verdict).
+	judgements atomic.Uint64
 }
 
 // heartbeat is one renewal as this controller saw it. changed: it is not the first this
@@ -362,15 +367,7 @@ func (c *Controller) lastRenewal(ctx context.Context, name string, now time.Time
 // sawRenewal records the lease's renewal of node name as seen now if it is new, and returns
 // when it was first seen and how it reads.
 func (c *Controller) sawRenewal(name string, lease *coordinationv1.Lease, now time.Time) (time.Time, string, bool, error) {
-	var renewal string
-	switch {
-	case lease == nil:
-		renewal = noLease
-	case lease.Spec.RenewTime != nil:
-		renewal = "renewed at " + lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
-	default:
-		renewal = "created at " + lease.CreationTimestamp.UTC().Format(time.RFC3339)
-	}
+	renewal := renewalOf(lease)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b, ok := c.beats[name]
@@ -379,4 +376,31 @@ func (c *Controller) sawRenewal(name string, lease *coordinationv1.Lease, now ti
 		c.beats[name] = b
 	}
 	return b.seen, renewal, b.changed, nil
+}
+
+// seenRenewal is when this controller first saw the lease's renewal of node name, or now if it
+// has not seen it yet. Unlike sawRenewal it records nothing: the fleet's health is judged from
+// a cached list of nodes, which may still hold a node whose deletion has already removed its
+// entry, and that entry must not come back. The node's own pass records the renewal.
+func (c *Controller) seenRenewal(name string, lease *coordinationv1.Lease, now time.Time) time.Time {
+	renewal := renewalOf(lease)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b, ok := c.beats[name]; ok && b.renewal == renewal {
+		return b.seen
+	}
+	return now
+}
+
+// renewalOf is how the lease's last renewal reads: its renew time as the agent wrote it, its
+// creation if it was never renewed, or noLease.
+func renewalOf(lease *coordinationv1.Lease) string {
+	switch {
+	case lease == nil:
+		return noLease
+	case lease.Spec.RenewTime != nil:
+		return "renewed at " + lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+	default:
+		return "created at " + lease.CreationTimestamp.UTC().Format(time.RFC3339)
+	}
 }

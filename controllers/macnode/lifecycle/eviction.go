@@ -72,8 +72,7 @@ func (c *Controller) health(ctx context.Context, now time.Time) (fleetHealth, er
 	}
 	h := fleetHealth{total: len(nodes.Items)}
 	for _, n := range nodes.Items {
-		seen, _, _, _ := c.sawRenewal(n.Name, byName[n.Name], now)
-		if !now.Before(seen.Add(c.grace)) {
+		if !now.Before(c.seenRenewal(n.Name, byName[n.Name], now).Add(c.grace)) {
 			h.unreachable++
 		}
 	}
@@ -84,24 +83,18 @@ func (c *Controller) health(ctx context.Context, now time.Time) (fleetHealth, er
 // (then the node's EvictionHeld condition and an event say so, and it is judged again after a
 // grace period) or the eviction rate is spent (then it waits its turn).
 func (c *Controller) evictWithBrake(ctx context.Context, node *v1.MacNode, now time.Time) (reconcile.Result, error) {
+	seq := c.judgements.Add(1)
 	h, err := c.health(ctx, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	metrics.UnreachableNodes.Set(float64(h.unreachable))
-	held := c.partitioned(h)
-	c.mu.Lock()
-	was := c.held
-	c.held = held
-	c.mu.Unlock()
+	held, was := c.verdict(seq, h)
 	if held {
-		metrics.EvictionsHeld.Set(1)
 		if err := c.hold(ctx, node, h, now, !was); err != nil {
 			return reconcile.Result{}, err
 		}
 		return reconcile.Result{RequeueAfter: c.grace}, nil
 	}
-	metrics.EvictionsHeld.Set(0)
 	if !c.limiter.TryAccept() {
 		return reconcile.Result{RequeueAfter: time.Duration(float64(time.Second) / c.rate)}, nil
 	}
@@ -121,19 +114,34 @@ func (c *Controller) healed(ctx context.Context, now time.Time) error {
 	if !held {
 		return nil
 	}
+	seq := c.judgements.Add(1)
 	h, err := c.health(ctx, now)
 	if err != nil {
 		return err
 	}
-	metrics.UnreachableNodes.Set(float64(h.unreachable))
-	if c.partitioned(h) {
-		return nil
-	}
-	c.mu.Lock()
-	c.held = false
-	c.mu.Unlock()
-	metrics.EvictionsHeld.Set(0)
+	c.verdict(seq, h)
 	return nil
+}
+
+// verdict records whether evictions are held, judged from h, the health of judgement seq, and
+// returns the verdict that stands and whether evictions were held before it. The lifecycle
+// workers judge the fleet side by side, each from its own list: a judgement begun before the
+// last one recorded is older news, and is dropped (the standing verdict is returned), or a
+// hold judged from an older list could land after a newer "healed", announce the partition a
+// second time and flip synapse_evictions_held back on.
+func (c *Controller) verdict(seq uint64, h fleetHealth) (held, was bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if seq < c.judged {
+		return c.held, c.held
+	}
+	was, c.held, c.judged = c.held, c.partitioned(h), seq
+	metrics.UnreachableNodes.Set(float64(h.unreachable))
+	metrics.EvictionsHeld.Set(0)
+	if c.held {
+		metrics.EvictionsHeld.Set(1)
+	}
+	return c.held, was
 }
 
 // hold sets the node's EvictionHeld condition; the first hold of a partition is an event too.

@@ -26,6 +26,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -177,6 +178,58 @@ var _ = Describe("Eviction", func() {
 		})
 	})
 
+	Context("when the fleet heals while a lost Mac's judgement of it, from an older list, is under way", func() {
+		It("should keep the newer verdict: evictions resume, and the held gauge stays off", func() {
+			var armed atomic.Bool
+			paused, resume := make(chan struct{}), make(chan struct{})
+			controller = lifecycle.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+				List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+					err := c.List(ctx, list, opts...)
+					if _, ok := list.(*coordinationv1.LeaseList); ok && armed.CompareAndSwap(true, false) {
+						close(paused) // the fleet's Leases read, still stale: the judgement holds a partition
+						select {
+						case <-resume:
+						case <-time.After(time.Minute):
+						}
+					}
+					return err
+				},
+			}), recorder)
+			nodes, ps := fleetOf(10)
+			lost := map[int]bool{}
+			for i := range 8 {
+				lost[i] = true
+			}
+			lose(nodes, lost)
+			Expect(testutil.ToFloat64(metrics.EvictionsHeld)).To(Equal(1.0))
+			Expect(exists(ps[7])).To(BeTrue())
+
+			armed.Store(true)
+			older := make(chan error, 1)
+			go func() {
+				_, err := controller.Reconcile(ctx, requestFor(nodes[7]))
+				older <- err
+			}()
+			<-paused
+			for _, n := range nodes[:6] {
+				renew(n)
+			}
+			reconcileNode(nodes[0]) // seen alive: the fleet is judged again, 2 of 10 unreachable
+			Expect(testutil.ToFloat64(metrics.EvictionsHeld)).To(Equal(0.0))
+			close(resume)
+			Expect(<-older).NotTo(HaveOccurred())
+			Expect(testutil.ToFloat64(metrics.EvictionsHeld)).To(Equal(0.0), "an older judgement's hold landed after the newer one's heal")
+			partitions := 0
+			for len(recorder.Events) > 0 {
+				if containsAll(<-recorder.Events, v1.NodeReasonFleetPartitioned) {
+					partitions++
+				}
+			}
+			Expect(partitions).To(Equal(1), "the partition was announced again by an older judgement")
+			Expect(exists(ps[7])).To(BeFalse(), "the Mac still lost is evicted once the partition healed")
+		})
+	})
+
 	Context("when a lost Mac holds several placements", func() {
 		It("should release them at once, up to ReleaseParallelism, and say so for each", func() {
 			Expect(lifecycle.ReleaseParallelism).To(BeNumerically(">", 1))
@@ -287,6 +340,32 @@ var _ = Describe("Release", func() {
 			Expect(kube.Delete(ctx, n)).To(Succeed())
 			reconcileGone(n)
 			Expect(exists(p)).To(BeFalse(), "a deleted node's placement is stuck")
+		})
+
+		It("should forget its heartbeat, even when the fleet is judged from a list that still holds it", func() {
+			// The manager's cache may list a node for a moment after its deletion was reconciled.
+			var stale *v1.MacNode
+			controller = lifecycle.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+				List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+					if err := c.List(ctx, list, opts...); err != nil {
+						return err
+					}
+					if nodes, ok := list.(*v1.MacNodeList); ok && stale != nil {
+						nodes.Items = append(nodes.Items, *stale)
+					}
+					return nil
+				},
+			}), recorder)
+			nodes, ps := fleetOf(5)
+			Expect(controller.HeartbeatsKept()).To(Equal(5))
+			stale = nodeNamed(nodes[4])
+			Expect(kube.Delete(ctx, nodes[4])).To(Succeed())
+			reconcileGone(nodes[4])
+			Expect(controller.HeartbeatsKept()).To(Equal(4))
+
+			lose(nodes[:4], map[int]bool{0: true}) // the lost node's eviction judges the fleet's health
+			Expect(exists(ps[0])).To(BeFalse())
+			Expect(controller.HeartbeatsKept()).To(Equal(4))
 		})
 	})
 
