@@ -45,7 +45,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -105,12 +104,12 @@ type Controller struct {
 	beats map[string]heartbeat
 	// apiFailed is when a call to the API server last failed.
 	apiFailed time.Time
-	// held is whether evictions were held when last judged, by the judgement begun last
-	// (judged, its number among judgements).
-	held   bool
-	judged uint64
-	// judgements numbers the fleet's judgements as they begin (see verdict).
-	judgements atomic.Uint64
+	// held is whether evictions were held when last judged, by the judgement begun last of
+	// those recorded (judged, its number among judgements; standing, the fleet's health it
+	// found), and announced whether that partition's event was sent (see judge).
+	held, announced    bool
+	judgements, judged uint64
+	standing           fleetHealth
 }
 
 // heartbeat is one renewal as this controller saw it. changed: it is not the first this
@@ -230,7 +229,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	}
 	if now.Before(expiresAt) {
 		metrics.NodeReady.WithLabelValues(node.Name).Set(1)
-		if err := c.healed(ctx, now); err != nil {
+		if err := c.healed(ctx); err != nil {
 			return reconcile.Result{}, err
 		}
 		if renewal != noLease {

@@ -83,14 +83,12 @@ func (c *Controller) health(ctx context.Context, now time.Time) (fleetHealth, er
 // (then the node's EvictionHeld condition and an event say so, and it is judged again after a
 // grace period) or the eviction rate is spent (then it waits its turn).
 func (c *Controller) evictWithBrake(ctx context.Context, node *v1.MacNode, now time.Time) (reconcile.Result, error) {
-	seq := c.judgements.Add(1)
-	h, err := c.health(ctx, now)
+	h, held, err := c.judge(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	held, was := c.verdict(seq, h)
 	if held {
-		if err := c.hold(ctx, node, h, now, !was); err != nil {
+		if err := c.hold(ctx, node, h, now, c.announce()); err != nil {
 			return reconcile.Result{}, err
 		}
 		return reconcile.Result{RequeueAfter: c.grace}, nil
@@ -107,49 +105,63 @@ func (c *Controller) evictWithBrake(ctx context.Context, node *v1.MacNode, now t
 // healed judges the fleet again while evictions are held, when a node is seen alive: the hold
 // (and synapse_evictions_held) ends once few enough nodes are unreachable, even if no lost node
 // is left to evict.
-func (c *Controller) healed(ctx context.Context, now time.Time) error {
+func (c *Controller) healed(ctx context.Context) error {
 	c.mu.Lock()
 	held := c.held
 	c.mu.Unlock()
 	if !held {
 		return nil
 	}
-	seq := c.judgements.Add(1)
-	h, err := c.health(ctx, now)
-	if err != nil {
-		return err
-	}
-	c.verdict(seq, h)
-	return nil
+	_, _, err := c.judge(ctx)
+	return err
 }
 
-// verdict records whether evictions are held, judged from h, the health of judgement seq, and
-// returns the verdict that stands and whether evictions were held before it. The lifecycle
-// workers judge the fleet side by side, each from its own list: a judgement begun before the
-// last one recorded is older news, and is dropped (the standing verdict is returned), or a
-// hold judged from an older list could land after a newer "healed", announce the partition a
-// second time and flip synapse_evictions_held back on.
-func (c *Controller) verdict(seq uint64, h fleetHealth) (held, was bool) {
+// judge judges the fleet's health now and returns the verdict that stands: the fleet's health
+// and whether evictions are held. The lifecycle workers judge the fleet side by side, each from
+// its own lists; a judgement is numbered, and its time read, as it begins, and one begun
+// before the last one recorded is older news and dropped: a hold judged from an older list
+// could otherwise land after a newer "healed" and flip synapse_evictions_held back on (and
+// every message would carry its stale counts).
+func (c *Controller) judge(ctx context.Context) (fleetHealth, bool, error) {
+	c.mu.Lock()
+	c.judgements++
+	seq, now := c.judgements, c.clk.Now()
+	c.mu.Unlock()
+	h, err := c.health(ctx, now)
+	if err != nil {
+		return fleetHealth{}, false, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if seq < c.judged {
-		return c.held, c.held
+	if seq > c.judged {
+		c.judged, c.standing, c.held = seq, h, c.partitioned(h)
+		if !c.held {
+			c.announced = false
+		}
+		metrics.UnreachableNodes.Set(float64(h.unreachable))
+		metrics.EvictionsHeld.Set(0)
+		if c.held {
+			metrics.EvictionsHeld.Set(1)
+		}
 	}
-	was, c.held, c.judged = c.held, c.partitioned(h), seq
-	metrics.UnreachableNodes.Set(float64(h.unreachable))
-	metrics.EvictionsHeld.Set(0)
-	if c.held {
-		metrics.EvictionsHeld.Set(1)
-	}
-	return c.held, was
+	return c.standing, c.held, nil
+}
+
+// announce reports whether the partition that holds evictions is yet to be announced (an
+// event), once per partition, whichever judgement began the hold.
+func (c *Controller) announce() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first := c.held && !c.announced
+	c.announced = c.announced || c.held
+	return first
 }
 
 // hold sets the node's EvictionHeld condition; the first hold of a partition is an event too.
 func (c *Controller) hold(ctx context.Context, node *v1.MacNode, h fleetHealth, now time.Time, first bool) error {
 	msg := fmt.Sprintf("%d of %d MacNodes (%.0f%%) are unreachable at once, which looks like a partition between the Macs and the API server "+
 		"rather than Macs dying: evictions are held until the fleet is reachable again", h.unreachable, h.total, 100*float64(h.unreachable)/float64(h.total))
-	wrote, err := c.setEvictionHeld(ctx, node, metav1.ConditionTrue, v1.NodeReasonFleetPartitioned, msg, now)
-	if err != nil || !wrote {
+	if _, err := c.setEvictionHeld(ctx, node, metav1.ConditionTrue, v1.NodeReasonFleetPartitioned, msg, now); err != nil {
 		return err
 	}
 	if first {

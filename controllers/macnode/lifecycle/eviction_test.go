@@ -227,6 +227,9 @@ var _ = Describe("Eviction", func() {
 			}
 			Expect(partitions).To(Equal(1), "the partition was announced again by an older judgement")
 			Expect(exists(ps[7])).To(BeFalse(), "the Mac still lost is evicted once the partition healed")
+			c := condition(nodes[7], v1.NodeConditionEvictionHeld)
+			Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			Expect(c.Message).To(Equal("2 of 10 nodes are unreachable; evictions resume"), "the standing judgement's counts, not the older one's")
 		})
 	})
 
