@@ -79,8 +79,11 @@ func (c *ServiceController) WithAPIReader(r client.Reader) *ServiceController {
 // Name of the controller.
 func (c *ServiceController) Name() string { return "lane.service" }
 
-// ServiceWorkers: more creates in flight than this only wait at the API server's allocator.
-const ServiceWorkers = 4
+// ServiceWorkers: a Service's create waits on the API server, at its allocator's lock and, on a
+// busy API server, for the rest of the request as well. With 4 at once, make scale at full
+// size (1,000 Macs, 5,000 lanes) created 1.7 a second while the lanes were placed; the
+// endpoints controller's 16 workers had created 3.5 a second on average.
+const ServiceWorkers = 16
 
 // TakenRetry is how often a lane whose Service name is another's tries it again: the cache
 // holds only this controller's Services, so no event says that the other is gone.
