@@ -101,11 +101,14 @@ type Auto struct {
 	open     bool // latched once reported
 	// onIssued is called after each certificate is stored (OnIssued).
 	onIssued func()
-	// handed is the template last handed to the manager; held is the one the last request
-	// asked with (since heldSince), handed to the manager instead of a newer one while that
-	// request waits (for MaxHold at most), and once it is answered (answered, at answeredAt)
-	// for a few seconds while the certificate names all the template asks (see currentTemplate).
-	handed, held          *x509.CertificateRequest
+	// handed are the templates last handed to the manager, newest first: its template read
+	// and its request's creation are a round trip apart, and its template loop may read a
+	// newer one meanwhile. held is the one the last request asked with (since heldSince),
+	// handed to the manager instead of a newer one while that request waits (for MaxHold at
+	// most), and once it is answered (answered, at answeredAt) for a few seconds while the
+	// certificate names all the template asks (see currentTemplate).
+	handed                [3]*x509.CertificateRequest
+	held                  *x509.CertificateRequest
 	heldSince, answeredAt time.Time
 	answered              bool
 	// refused are the lanes' Service names the signer left out of a certificate whose request
@@ -234,13 +237,20 @@ func (s *Auto) currentTemplate() *x509.CertificateRequest {
 			keep = s.cfg.Clock.Since(s.heldSince) < MaxHold
 		}
 		if keep {
-			s.handed = s.held
+			s.hand(s.held)
 			return s.held
 		}
 		s.held, s.answered = nil, false
 	}
-	s.handed = s.template
+	s.hand(s.template)
 	return s.template
+}
+
+// hand records t as handed to the manager.
+func (s *Auto) hand(t *x509.CertificateRequest) {
+	if s.handed[0] != t {
+		s.handed = [3]*x509.CertificateRequest{t, s.handed[0], s.handed[1]}
+	}
 }
 
 // satisfies reports whether leaf names every DNS name and IP address t asks for (as the
@@ -274,19 +284,21 @@ const answeredHold = 5 * time.Second
 const MaxHold = 5 * time.Minute
 
 // requested is told of each request made, with the DNS names it asked for: the template it
-// was made from is held from then (currentTemplate). A request made again with the template
+// was made from (the newest handed that asks for them, though a newer one was handed since)
+// is held from then (currentTemplate). A request made again with the template
 // held while its request waits (the manager asking again after a denial) keeps the hold's
 // start.
 func (s *Auto) requested(asked []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.handed == nil || !slices.Equal(s.handed.DNSNames, asked) {
+	i := slices.IndexFunc(s.handed[:], func(t *x509.CertificateRequest) bool { return t != nil && slices.Equal(t.DNSNames, asked) })
+	if i < 0 {
 		return
 	}
-	if s.held == s.handed && !s.answered {
+	if s.held == s.handed[i] && !s.answered {
 		return
 	}
-	s.held, s.heldSince, s.answered = s.handed, s.cfg.Clock.Now(), false
+	s.held, s.heldSince, s.answered = s.handed[i], s.cfg.Clock.Now(), false
 }
 
 // stored is called with every certificate the manager stores: the first, and each rotation.
