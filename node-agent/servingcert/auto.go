@@ -50,10 +50,17 @@ import (
 const SignerName = "fleet.synapse.dev/agent-serving"
 
 const (
-	// DefaultWaitTimeout bounds the wait for the first certificate: the request is judged as
-	// soon as the controller sees it, so minutes without one mean no approver is running or the
-	// request was denied.
+	// DefaultWaitTimeout bounds the wait for the first certificate: minutes without one mean
+	// that nothing could be requested, or the request was denied, or no approver is running,
+	// unless the request is still waiting its turn (see MaxPendingWait).
 	DefaultWaitTimeout = 2 * time.Minute
+	// MaxPendingWait bounds the wait for the first certificate while its request is pending,
+	// not judged: a signer with a fleet's requests queued (a thousand Macs booting at once, or
+	// placed on at once) judges one in minutes, and an agent that gave up after the wait
+	// timeout started again and asked again, at the back of the queue. make scale at a
+	// thousand Macs saw 1,088 such restarts, each adding a request and a drain, until the
+	// fleet collapsed; at 600 Macs, 21.
+	MaxPendingWait = 15 * time.Minute
 	// ProgressInterval is how often a wait for the first certificate says what it waits for.
 	ProgressInterval = 15 * time.Second
 )
@@ -411,11 +418,12 @@ func (s *Auto) OnIssued(f func()) {
 }
 
 // waitFirst waits until a certificate is there, saying every ProgressInterval what it waits
-// for, and at most the wait timeout.
+// for, and at most the wait timeout; while the request is pending, at most MaxPendingWait.
 func (s *Auto) waitFirst(ctx context.Context) error {
 	if m := s.manager.Load(); m != nil && (*m).Current() != nil {
 		return nil
 	}
+	start := s.cfg.Clock.Now()
 	deadline := s.cfg.Clock.NewTimer(s.cfg.WaitTimeout)
 	defer deadline.Stop()
 	progress := s.cfg.Clock.NewTicker(ProgressInterval)
@@ -429,8 +437,16 @@ func (s *Auto) waitFirst(ctx context.Context) error {
 		case <-progress.C():
 			s.cfg.Log.Info("waiting for the serving certificate", "state", s.state(ctx))
 		case <-deadline.C():
+			state, pending := s.stateOf(ctx)
+			waited := s.cfg.Clock.Since(start)
+			if left := MaxPendingWait - waited; pending && left > 0 {
+				s.cfg.Log.Info("the certificate request waits its turn with the signer; the agent waits on, and asks for nothing new meanwhile",
+					"state", state, "waited", waited.Round(time.Second), "waitsAtMost", MaxPendingWait)
+				deadline.Reset(min(s.cfg.WaitTimeout, left))
+				continue
+			}
 			s.failures.Inc()
-			return &NotIssuedError{Timeout: s.cfg.WaitTimeout, Request: s.client.last(), State: s.state(ctx)}
+			return &NotIssuedError{Timeout: waited.Round(time.Second), Request: s.client.last(), State: state}
 		}
 	}
 }

@@ -284,7 +284,7 @@ var _ = Describe("An agent's serving certificate", func() {
 		Expect(requestsOf(name)).To(HaveLen(1))
 	})
 
-	DescribeTable("should give up after the wait timeout, saying what became of its request",
+	DescribeTable("should give up after the wait timeout, or MaxPendingWait while its request waits its turn, saying what became of its request",
 		func(reported bool, deny bool, want string) {
 			name, identity := node("192.0.2.13")
 			if deny {
@@ -314,11 +314,21 @@ var _ = Describe("An agent's serving certificate", func() {
 			}
 			Consistently(done).WithTimeout(200 * time.Millisecond).ShouldNot(Receive())
 			clk.Step(time.Minute)
+			within := "1m0s"
+			if pending := reported && !deny; pending {
+				// A request waiting its turn is waited on, not given up for another at the back
+				// of the signer's queue: the deadline is set again.
+				Eventually(clk.Waiters).Should(Equal(2), "the deadline and the progress ticker")
+				Consistently(done).WithTimeout(200 * time.Millisecond).ShouldNot(Receive())
+				Expect(requestsOf(name)).To(HaveLen(1), "nothing new asked")
+				clk.Step(servingcert.MaxPendingWait)
+				within = (time.Minute + servingcert.MaxPendingWait).String()
+			}
 			var got error
 			Eventually(done).Should(Receive(&got))
 			var notIssued *servingcert.NotIssuedError
 			Expect(errors.As(got, &notIssued)).To(BeTrue(), "%v", got)
-			Expect(got.Error()).To(ContainSubstring("no serving certificate from signer fleet.synapse.dev/agent-serving within 1m0s"))
+			Expect(got.Error()).To(ContainSubstring("no serving certificate from signer fleet.synapse.dev/agent-serving within " + within))
 			Expect(got.Error()).To(ContainSubstring(want))
 			_, err = s.GetCertificate(nil)
 			Expect(err).To(HaveOccurred())

@@ -103,15 +103,21 @@ func (r recordingCSRs) Create(ctx context.Context, csr *certificatesv1.Certifica
 // state says what the wait for a certificate waits for: the node's addresses, or the judgement
 // of the last request.
 func (s *Auto) state(ctx context.Context) string {
+	state, _ := s.stateOf(ctx)
+	return state
+}
+
+// stateOf is state, and whether the last request is pending: nothing has judged it yet.
+func (s *Auto) stateOf(ctx context.Context) (string, bool) {
 	s.mu.Lock()
 	open := s.open
 	s.mu.Unlock()
 	name := s.client.last()
 	switch {
 	case !open:
-		return fmt.Sprintf("nothing requested yet: MacNode %s does not report its address yet, and the signer approves only addresses it reports", s.cfg.Node)
+		return fmt.Sprintf("nothing requested yet: MacNode %s does not report its address yet, and the signer approves only addresses it reports", s.cfg.Node), false
 	case name == "":
-		return "no certificate signing request could be made yet (the agent's log says why)"
+		return "no certificate signing request could be made yet (the agent's log says why)", false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -121,7 +127,7 @@ func (s *Auto) state(ctx context.Context) string {
 		prev, _ := s.describeRequest(ctx, before)
 		state += "; the one before: " + prev
 	}
-	return state
+	return state, pending
 }
 
 func (s *Auto) describeRequest(ctx context.Context, name string) (string, bool) {
