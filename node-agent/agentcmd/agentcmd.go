@@ -116,7 +116,7 @@ explicitly (--backend sim): an agent never switches to it on its own.`,
 	f.StringVar(&o.tlsCertFile, "tls-cert-file", "", "--tls=files: the serving certificate (PEM, the leaf first)")
 	f.StringVar(&o.tlsKeyFile, "tls-key-file", "", "--tls=files: the serving certificate's key (PEM)")
 	f.StringVar(&o.tlsDir, "tls-cert-dir", "", "--tls=auto: where the serving certificate and its key are kept across restarts (default <state-dir>/pki)")
-	f.DurationVar(&o.tlsWait, "tls-wait-timeout", servingcert.DefaultWaitTimeout, "--tls=auto: how long the agent waits for its first serving certificate before it exits saying what became of its request")
+	f.DurationVar(&o.tlsWait, "tls-wait-timeout", servingcert.DefaultWaitTimeout, "--tls=auto: how long the agent waits for its first serving certificate before it exits saying what became of its request (while the request waits for its answer, up to 15m in all)")
 	f.StringVar(&o.memoryLimit, "memory-limit", DefaultMemoryLimit, "the agent's soft memory limit (a quantity: 512Mi, 1Gi; 0 for none): the Go runtime collects sooner as its memory nears it. GOMEMLIMIT, when set, takes the place of the default")
 	gf := flag.NewFlagSet("", flag.ContinueOnError)
 	zapOpts.BindFlags(gf)

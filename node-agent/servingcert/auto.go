@@ -169,8 +169,8 @@ func New(cfg Config) (*Auto, error) {
 
 // Obtain starts obtaining the certificate, and renewing it until ctx ends, once reported says
 // the node's MacNode reports its addresses; it returns when the first certificate is there (at
-// once if the store holds a valid one), or after the wait timeout with a *NotIssuedError that
-// says what became of the request.
+// once if the store holds a valid one), or after the wait timeout (MaxPendingWait while its
+// request waits for its answer) with a *NotIssuedError that says what became of the request.
 func (s *Auto) Obtain(ctx context.Context, reported func() bool) error {
 	s.mu.Lock()
 	s.reported = reported
@@ -241,7 +241,13 @@ func (s *Auto) currentTemplate() *x509.CertificateRequest {
 			keep = latest != nil && satisfies(latest.Leaf, s.template) && satisfies(latest.Leaf, s.held) &&
 				s.cfg.Clock.Since(s.answeredAt) < answeredHold
 		} else {
-			keep = s.cfg.Clock.Since(s.heldSince) < MaxHold
+			// Before the first certificate the agent waits on a pending request for
+			// MaxPendingWait: its request is not to be abandoned sooner.
+			hold := MaxHold
+			if s.latest.Load() == nil {
+				hold = MaxPendingWait
+			}
+			keep = s.cfg.Clock.Since(s.heldSince) < hold
 		}
 		if keep {
 			s.hand(s.held)
@@ -446,7 +452,7 @@ func (s *Auto) waitFirst(ctx context.Context) error {
 				continue
 			}
 			s.failures.Inc()
-			return &NotIssuedError{Timeout: waited.Round(time.Second), Request: s.client.last(), State: state}
+			return &NotIssuedError{Waited: waited.Round(time.Second), Request: s.client.last(), State: state}
 		}
 	}
 }
@@ -491,7 +497,8 @@ func (s *Auto) Collect(ch chan<- prometheus.Metric) {
 
 // NotIssuedError says that no certificate came within the wait, and what became of the request.
 type NotIssuedError struct {
-	Timeout time.Duration
+	// Waited is how long the agent waited.
+	Waited time.Duration
 	// Request is the last certificate signing request made ("" if none was).
 	Request string
 	// State is what became of it.
@@ -499,5 +506,5 @@ type NotIssuedError struct {
 }
 
 func (e *NotIssuedError) Error() string {
-	return fmt.Sprintf("no serving certificate from signer %s within %s: %s", SignerName, e.Timeout, e.State)
+	return fmt.Sprintf("no serving certificate from signer %s within %s: %s", SignerName, e.Waited, e.State)
 }

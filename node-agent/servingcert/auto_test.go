@@ -284,13 +284,17 @@ var _ = Describe("An agent's serving certificate", func() {
 		Expect(requestsOf(name)).To(HaveLen(1))
 	})
 
-	DescribeTable("should give up after the wait timeout, or MaxPendingWait while its request waits its turn, saying what became of its request",
-		func(reported bool, deny bool, want string) {
+	DescribeTable("should give up after the wait timeout, or MaxPendingWait while its request waits for its answer, saying what became of its request",
+		func(reported bool, answer certificatesv1.RequestConditionType, want string) {
 			name, identity := node("192.0.2.13")
-			if deny {
+			if answer != "" {
 				judge(func(csr *certificatesv1.CertificateSigningRequest) {
-					csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.CertificateDenied,
-						Status: corev1.ConditionTrue, Reason: "AgentServingDenied", Message: "IP address 192.0.2.13 is not one node reports", LastUpdateTime: metav1.Now()})
+					cond := certificatesv1.CertificateSigningRequestCondition{Type: answer, Status: corev1.ConditionTrue, Reason: "AgentServingApproved",
+						Message: "approved; the signature is written on a later pass", LastUpdateTime: metav1.Now()}
+					if answer == certificatesv1.CertificateDenied {
+						cond.Reason, cond.Message = "AgentServingDenied", "IP address 192.0.2.13 is not one node reports"
+					}
+					csr.Status.Conditions = append(csr.Status.Conditions, cond)
 					_, _ = adminCS.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
 				})
 			}
@@ -309,20 +313,30 @@ var _ = Describe("An agent's serving certificate", func() {
 				Eventually(func(g Gomega) {
 					reqs := requestsOf(name)
 					g.Expect(reqs).NotTo(BeEmpty())
-					g.Expect(settled(&reqs[len(reqs)-1])).To(Equal(deny))
+					var got []certificatesv1.RequestConditionType
+					for _, c := range reqs[len(reqs)-1].Status.Conditions {
+						got = append(got, c.Type)
+					}
+					if answer == "" {
+						g.Expect(got).To(BeEmpty())
+					} else {
+						g.Expect(got).To(ContainElement(answer))
+					}
 				}).Should(Succeed())
 			}
 			Consistently(done).WithTimeout(200 * time.Millisecond).ShouldNot(Receive())
 			clk.Step(time.Minute)
 			within := "1m0s"
-			if pending := reported && !deny; pending {
-				// A request waiting its turn is waited on, not given up for another at the back
-				// of the signer's queue: the deadline is set again.
-				Eventually(clk.Waiters).Should(Equal(2), "the deadline and the progress ticker")
-				Consistently(done).WithTimeout(200 * time.Millisecond).ShouldNot(Receive())
+			if waits := reported && answer != certificatesv1.CertificateDenied; waits {
+				// A request waiting for its answer is waited on, minute after minute, not given up
+				// for another at the back of the signer's queue; at MaxPendingWait it is.
+				for waited := time.Minute; waited < servingcert.MaxPendingWait; waited += time.Minute {
+					Eventually(clk.Waiters).Should(Equal(2), "the deadline set again, and the progress ticker")
+					Expect(done).NotTo(Receive())
+					clk.Step(time.Minute)
+				}
 				Expect(requestsOf(name)).To(HaveLen(1), "nothing new asked")
-				clk.Step(servingcert.MaxPendingWait)
-				within = (time.Minute + servingcert.MaxPendingWait).String()
+				within = servingcert.MaxPendingWait.String()
 			}
 			var got error
 			Eventually(done).Should(Receive(&got))
@@ -333,8 +347,9 @@ var _ = Describe("An agent's serving certificate", func() {
 			_, err = s.GetCertificate(nil)
 			Expect(err).To(HaveOccurred())
 		},
-		Entry("nothing requested while the MacNode does not report the address", false, false, "does not report its address yet"),
-		Entry("a request nothing judges", true, false, "is pending: nothing has judged it"),
-		Entry("a denied request", true, true, "was denied (AgentServingDenied): IP address 192.0.2.13 is not one node reports"),
+		Entry("nothing requested while the MacNode does not report the address", false, certificatesv1.RequestConditionType(""), "does not report its address yet"),
+		Entry("a request nothing judges", true, certificatesv1.RequestConditionType(""), "is pending: nothing has judged it"),
+		Entry("a request approved and not signed", true, certificatesv1.CertificateApproved, "is approved but not signed yet"),
+		Entry("a denied request", true, certificatesv1.CertificateDenied, "was denied (AgentServingDenied): IP address 192.0.2.13 is not one node reports"),
 	)
 })

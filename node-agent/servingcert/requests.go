@@ -26,6 +26,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	certificatesv1client "k8s.io/client-go/kubernetes/typed/certificates/v1"
@@ -121,24 +122,35 @@ func (s *Auto) stateOf(ctx context.Context) (string, bool) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	state, pending := s.describeRequest(ctx, name)
-	// The manager asks again after a denial: the one before says why it is asking.
-	if before := s.client.previous(); pending && before != "" {
-		prev, _ := s.describeRequest(ctx, before)
+	state, waiting := s.describeRequest(ctx, name)
+	// The manager asks again after a denial: the one before says why it is asking, and a
+	// request asked again after a denial or a failure is not waited on past the wait timeout
+	// (its answer is already known). One abandoned while pending is still waiting.
+	if before := s.client.previous(); waiting && before != "" {
+		prev, prevWaiting := s.describeRequest(ctx, before)
 		state += "; the one before: " + prev
+		waiting = prevWaiting
 	}
-	return state, pending
+	return state, waiting
 }
 
+// describeRequest says where a request stands, and whether it is still waiting for its
+// answer: not judged, or approved and not signed yet, or unreadable for now (a busy API server;
+// a request that is gone waits for nothing).
 func (s *Auto) describeRequest(ctx context.Context, name string) (string, bool) {
 	csr, err := s.client.Interface.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Sprintf("certificate signing request %s is gone", name), false
+	}
 	if err != nil {
-		return fmt.Sprintf("certificate signing request %s cannot be read: %v", name, err), false
+		return fmt.Sprintf("certificate signing request %s cannot be read: %v", name, err), true
 	}
 	return describe(csr)
 }
 
-// describe says where a request stands, and whether nothing has judged it yet.
+// describe says where a request stands, and whether it waits for its answer: nothing has judged
+// it yet, or it is approved and not signed yet (the signer signs on a later pass when a
+// signature or its write failed).
 func describe(csr *certificatesv1.CertificateSigningRequest) (string, bool) {
 	for _, c := range csr.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
@@ -153,7 +165,7 @@ func describe(csr *certificatesv1.CertificateSigningRequest) (string, bool) {
 	}
 	for _, c := range csr.Status.Conditions {
 		if c.Type == certificatesv1.CertificateApproved && c.Status == corev1.ConditionTrue {
-			return fmt.Sprintf("certificate signing request %s is approved but not signed yet", csr.Name), false
+			return fmt.Sprintf("certificate signing request %s is approved but not signed yet", csr.Name), true
 		}
 	}
 	return fmt.Sprintf("certificate signing request %s is pending: nothing has judged it; is synapse-controller (the approver of signer %s) running? "+

@@ -88,7 +88,7 @@ func (c *Controller) evictWithBrake(ctx context.Context, node *v1.MacNode, now t
 		return reconcile.Result{}, err
 	}
 	if held {
-		if err := c.hold(ctx, node, h, now, c.announce()); err != nil {
+		if err := c.hold(ctx, node, h, now); err != nil {
 			return reconcile.Result{}, err
 		}
 		return reconcile.Result{RequeueAfter: c.grace}, nil
@@ -158,13 +158,13 @@ func (c *Controller) announce() bool {
 }
 
 // hold sets the node's EvictionHeld condition; the first hold of a partition is an event too.
-func (c *Controller) hold(ctx context.Context, node *v1.MacNode, h fleetHealth, now time.Time, first bool) error {
+func (c *Controller) hold(ctx context.Context, node *v1.MacNode, h fleetHealth, now time.Time) error {
 	msg := fmt.Sprintf("%d of %d MacNodes (%.0f%%) are unreachable at once, which looks like a partition between the Macs and the API server "+
 		"rather than Macs dying: evictions are held until the fleet is reachable again", h.unreachable, h.total, 100*float64(h.unreachable)/float64(h.total))
 	if _, err := c.setEvictionHeld(ctx, node, metav1.ConditionTrue, v1.NodeReasonFleetPartitioned, msg, now); err != nil {
-		return err
+		return err // not announced: the next hold announces it
 	}
-	if first {
+	if c.announce() {
 		c.recorder.Eventf(node, nil, "Warning", v1.NodeReasonFleetPartitioned, "Evict", msg)
 	}
 	return nil
