@@ -424,7 +424,8 @@ func (s *Auto) OnIssued(f func()) {
 }
 
 // waitFirst waits until a certificate is there, saying every ProgressInterval what it waits
-// for, and at most the wait timeout; while the request is pending, at most MaxPendingWait.
+// for, and at most the wait timeout; while the request waits for its answer, at most
+// MaxPendingWait.
 func (s *Auto) waitFirst(ctx context.Context) error {
 	if m := s.manager.Load(); m != nil && (*m).Current() != nil {
 		return nil
@@ -443,9 +444,9 @@ func (s *Auto) waitFirst(ctx context.Context) error {
 		case <-progress.C():
 			s.cfg.Log.Info("waiting for the serving certificate", "state", s.state(ctx))
 		case <-deadline.C():
-			state, pending := s.stateOf(ctx)
+			state, waiting := s.stateOf(ctx)
 			waited := s.cfg.Clock.Since(start)
-			if left := MaxPendingWait - waited; pending && left > 0 {
+			if left := MaxPendingWait - waited; waiting && left > 0 {
 				s.cfg.Log.Info("the certificate request waits its turn with the signer; the agent waits on, and asks for nothing new meanwhile",
 					"state", state, "waited", waited.Round(time.Second), "waitsAtMost", MaxPendingWait)
 				deadline.Reset(min(s.cfg.WaitTimeout, left))

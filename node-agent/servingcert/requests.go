@@ -108,7 +108,8 @@ func (s *Auto) state(ctx context.Context) string {
 	return state
 }
 
-// stateOf is state, and whether the last request is pending: nothing has judged it yet.
+// stateOf is state, and whether the last request still waits for its answer (describeRequest),
+// and the one before it too if the manager asked again.
 func (s *Auto) stateOf(ctx context.Context) (string, bool) {
 	s.mu.Lock()
 	open := s.open
