@@ -137,20 +137,18 @@ func watching() int {
 // runtimeLog holds the lines controller-runtime has logged (certwatcher logs through it, as the
 // agent's does once synapse-agent sets its logger), and passes them on to the spec's output.
 var runtimeLog struct {
-	once  sync.Once
 	mu    sync.Mutex
 	lines []string
 }
 
+// recordRuntimeLog sets controller-runtime's logger to record into runtimeLog.
 func recordRuntimeLog() {
-	runtimeLog.once.Do(func() {
-		ctrllog.SetLogger(funcr.New(func(prefix, args string) {
-			runtimeLog.mu.Lock()
-			defer runtimeLog.mu.Unlock()
-			runtimeLog.lines = append(runtimeLog.lines, prefix+" "+args)
-			fmt.Fprintln(GinkgoWriter, prefix, args)
-		}, funcr.Options{}))
-	})
+	ctrllog.SetLogger(funcr.New(func(prefix, args string) {
+		runtimeLog.mu.Lock()
+		defer runtimeLog.mu.Unlock()
+		runtimeLog.lines = append(runtimeLog.lines, prefix+" "+args)
+		fmt.Fprintln(GinkgoWriter, prefix, args)
+	}, funcr.Options{}))
 }
 
 // loggedError is whether controller-runtime logged an error msg with the pair of files certFile.
@@ -192,7 +190,6 @@ var _ = Describe("An administrator's serving certificate (--tls=files)", func() 
 		pool = x509.NewCertPool()
 		pool.AddCert(ca.Cert)
 		dir = GinkgoT().TempDir()
-		recordRuntimeLog()
 		// Every spec's watch ends with it: none is left running.
 		Expect(watching()).To(BeZero())
 	})

@@ -64,7 +64,15 @@ var (
 	})
 )
 
-func TestServingCert(t *testing.T) { testenv.RunSpecs(t, "Agent serving certificates") }
+func TestServingCert(t *testing.T) {
+	// Before anything in the process logs through controller-runtime: once its root logger has
+	// been used 30 s after start with none set, it is filled with a null sink for good, and a
+	// later SetLogger is ignored (kubernetes-sigs/controller-runtime, pkg/log/log.go:
+	// eventuallyFulfillRoot; pkg/log/deleg.go: Fulfill). A control plane slow to start made the
+	// specs that read certwatcher's errors find none.
+	recordRuntimeLog()
+	testenv.RunSpecs(t, "Agent serving certificates")
+}
 
 // newController is the fleet's approver and signer, as synapse-controller runs it: reading from
 // a cache with the controllers' field indexes (but the requests, which the suite's signers
