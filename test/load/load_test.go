@@ -33,6 +33,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -82,11 +83,13 @@ const (
 )
 
 type report struct {
-	Duration          string         `json:"duration"`
-	CapacityPerSecond float64        `json:"capacity_per_second"`
-	AttackPerSecond   int            `json:"attack_per_second"`
-	Sent              map[string]int `json:"sent"`
-	ValidCodes        map[int]int    `json:"valid_codes"`
+	Duration          string  `json:"duration"`
+	CapacityPerSecond float64 `json:"capacity_per_second"`
+	AttackPerSecond   int     `json:"attack_per_second"`
+	// SentPerSecond is the attack the client delivered (the calls it sent over the duration).
+	SentPerSecond float64        `json:"sent_per_second"`
+	Sent          map[string]int `json:"sent"`
+	ValidCodes    map[int]int    `json:"valid_codes"`
 	// ValidRefusals are the valid calls refused 429, by what refused them.
 	ValidRefusals   map[string]int `json:"valid_refusals"`
 	AdmittedP50Ms   float64        `json:"admitted_p50_ms"`
@@ -123,6 +126,14 @@ func TestAgentUnderLoad(t *testing.T) {
 		if duration, err = time.ParseDuration(d); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if raceDetector {
+		// The agent is a process of its own, built without the race detector; only this test's
+		// client would be instrumented, and vegeta and TLS under -race fall far behind the attack
+		// (on two cores, 447 calls/s sent of the 2,440 asked): the agent would never be loaded,
+		// and the client's own queueing past its time-out would be reported as unanswered calls.
+		// make test runs this package on its own, without -race.
+		t.Skip("run without -race: under it this test's client, not the agent, is the bottleneck (make test runs it so)")
 	}
 	ctrllog.SetLogger(logr.Discard())
 	base := startAgent(t)
@@ -206,6 +217,7 @@ func TestAgentUnderLoad(t *testing.T) {
 	for _, n := range rep.Sent {
 		rep.AgentAnswerWanted += n
 	}
+	rep.SentPerSecond = float64(rep.AgentAnswerWanted) / duration.Seconds()
 	rep.AgentAnswerWanted += int(rep.OversizeSent)
 	// The agent counts a call once its answer is written, so the client may hold the last
 	// answers a moment before they are counted: the count is read until it reaches the calls
@@ -225,6 +237,12 @@ func TestAgentUnderLoad(t *testing.T) {
 	}
 
 	g := gomega.NewWithT(t)
+	// The attack is what the client sent, not what it was asked: a client that falls behind
+	// sends fewer calls (vegeta does not make up the ones it missed), and the agent is then
+	// loaded less than the test says. At least half again its capacity, or the client, not
+	// the agent, was the bottleneck.
+	g.Expect(rep.SentPerSecond).To(gomega.BeNumerically(">=", 1.5*capacity),
+		"calls sent a second, against the agent's capacity of %.0f/s and the attack's %d/s", capacity, rate)
 	g.Expect(rep.TransportErrors).To(gomega.BeZero(), "calls without an answer: %v", rep.UnexpectedStatuses)
 	g.Expect(rep.UnexpectedStatuses).To(gomega.BeEmpty(), "calls answered otherwise than their kind must be")
 	g.Expect(rep.RetryAfterMissing).To(gomega.BeZero(), "429 or 503 without Retry-After")
@@ -444,9 +462,9 @@ func (c *statusCounts) snapshot() map[string]int {
 	return maps.Clone(c.m)
 }
 
-// sendOversize sends a body of 33 MiB every 2 s, half of them announced by Content-Length and
-// half chunked, each to be answered 413 (see report.OversizeAnswered); answered counts the
-// answers read.
+// sendOversize sends a body of 33 MiB every 2 s until ctx ends, half of them announced by
+// Content-Length and half chunked, each to be answered 413 (see report.OversizeAnswered);
+// sent counts the calls whose headers were written, answered the answers read.
 func sendOversize(ctx context.Context, u string, sent *atomic.Int64, answered *statusCounts) {
 	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS}}
 	for i := 0; ; i++ {
@@ -460,10 +478,13 @@ func sendOversize(ctx context.Context, u string, sent *atomic.Int64, answered *s
 		if i%2 == 0 {
 			length = 33<<20 + 37
 		}
-		// Counted whether or not the answer is read: the server may close a connection it refused
-		// before the client finished sending, but its handler has seen and answered the call.
-		sent.Add(1)
-		resp, err := post(ctx, c, u+"?kind=oversize", body, length)
+		// Counted once its headers are written, whether or not the answer is read: the server may
+		// close a connection it refused before the client finished sending, but its handler has
+		// seen and answered the call. The call is not cut off when ctx ends (the client's own
+		// time-out bounds it): one cut off before the agent read its headers would be counted
+		// here and never by the agent.
+		trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Add(1) }}
+		resp, err := post(httptrace.WithClientTrace(context.Background(), trace), c, u+"?kind=oversize", body, length)
 		if err != nil {
 			continue
 		}
