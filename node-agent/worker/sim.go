@@ -100,6 +100,8 @@ func (s *Sim) Load(ctx context.Context, l *pb.Load) ([]uint32, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A model loaded again replaces the one before, whose programs are given back.
+	s.releaseLocked()
 	s.model, s.seed = l, seed
 	s.resident = map[uint32]int{}
 	cached := []uint32{}
@@ -109,6 +111,26 @@ func (s *Sim) Load(ctx context.Context, l *pb.Load) ([]uint32, error) {
 		}
 	}
 	return cached, nil
+}
+
+// Release gives back every program the worker holds, as the device does when the worker's
+// process exits. A worker whose process ends needs nothing of it; it is for a stand-in whose
+// workers run in the agent's own process (the hollow Macs of test/scale), where no process
+// exit frees them and the machine would count them held for good.
+func (s *Sim) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.releaseLocked()
+	s.model = nil
+}
+
+func (s *Sim) releaseLocked() {
+	for r, layers := range s.resident {
+		for range layers {
+			s.Machine.Unload()
+		}
+		delete(s.resident, r)
+	}
 }
 
 // Admit loads every layer of rung, from aned's cache where it can, compiling the rest.

@@ -36,8 +36,8 @@ import (
 // serving one layer at a time, its aned cache, its program limit, at the Machine's scale), its
 // stdin, stdout and stderr in-memory pipes. Only the process is missing: everything on the
 // agent's side of the pipes (framing, reply matching, timeouts, stderr lines, exit
-// confirmation) is the worker host's, and a crash or a kill closes the pipes where a process
-// would exit.
+// confirmation) is the worker host's; a crash or a kill closes the pipes where a process
+// would exit, and the generation's programs are given back to the Machine as its exit would.
 type Workers struct {
 	Machine *simane.Machine
 	// SigningID and BinaryDigest are what the worker reports in its hello.
@@ -71,8 +71,9 @@ func (ws *Workers) Launch(spec supervisor.ModelSpec, gen int64) (workerhost.Stre
 			_ = stdout.CloseWithError(why)
 		})
 	}
+	backend := &worker.Sim{Machine: ws.Machine, SigningID: ws.SigningID, Clock: ws.Clock}
 	srv := &worker.Server{
-		Backend:  &worker.Sim{Machine: ws.Machine, SigningID: ws.SigningID, Clock: ws.Clock},
+		Backend:  backend,
 		Identity: worker.Identity{Backend: "sim", SigningIdentifier: ws.SigningID, BinaryDigest: ws.BinaryDigest},
 		Stderr:   stderr,
 		Faults:   faults,
@@ -86,6 +87,10 @@ func (ws *Workers) Launch(spec supervisor.ModelSpec, gen int64) (workerhost.Stre
 			err = io.EOF // the agent closed its stdin: a clean exit
 		}
 		exit(err)
+		// The programs it held are given back before its exit is confirmed, as the device
+		// frees a process's when it exits: Serve handles one call at a time, so none is still
+		// loading. An agent started again re-adopts its lanes on the same Machine.
+		backend.Release()
 		_ = stderr.Close()
 	}()
 	wait := func() error {

@@ -40,8 +40,12 @@ import (
 
 // spawner is the agent's worker host as a hollow Mac has it, its workers in process.
 func spawner(clk *clocktesting.FakeClock, faults string) *workerhost.Host {
-	ws := &Workers{Machine: simane.New(simane.Config{Clock: clk, Scale: 1}), SigningID: SigningID, BinaryDigest: "sha256:ab",
-		Clock: clk, Faults: faults}
+	return machineSpawner(clk, simane.New(simane.Config{Clock: clk, Scale: 1}), faults)
+}
+
+// machineSpawner is spawner on the Mac's Neural Engine m.
+func machineSpawner(clk *clocktesting.FakeClock, m *simane.Machine, faults string) *workerhost.Host {
+	ws := &Workers{Machine: m, SigningID: SigningID, BinaryDigest: "sha256:ab", Clock: clk, Faults: faults}
 	return workerhost.New(workerhost.Config{Backend: "sim", BinaryDigest: "sha256:ab", Log: logr.Discard(), Clock: clk,
 		CallTimeout: time.Minute, AdmitTimeout: admitTimeout, Launch: ws.Launch})
 }
@@ -238,5 +242,48 @@ func TestAHollowWorkersStderrLinesReachTheHostsOnStderr(t *testing.T) {
 	want := "ns/lane/7: ane-direct shape admission: shape=128 layers_loaded=3 cache_hit=0 compiled=3 "
 	if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, want) }) {
 		t.Errorf("the host passed on %q, want a line starting %q", lines, want)
+	}
+}
+
+// A hollow worker's programs are given back when its generation ends, however it ends, as the
+// device frees a process's: an agent restarted in the same process re-adopts its lanes on the
+// same Machine, and programs counted held for good made its loads fail ane_resources_exhausted.
+func TestAHollowWorkerGivesBackItsProgramsWhenItExits(t *testing.T) {
+	for _, c := range []struct {
+		name, faults string
+		end          func(supervisor.Worker)
+	}{
+		{"closed by the agent", "", func(w supervisor.Worker) { _ = w.Close() }},
+		{"killed", "", func(w supervisor.Worker) { _ = w.Kill() }},
+		{"crashed", "crash:evict:1", func(w supervisor.Worker) { _ = w.Evict(context.Background(), 256) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Now())
+			m := simane.New(simane.Config{Clock: clk, Scale: 1})
+			s := machineSpawner(clk, m, c.faults)
+			for gen := int64(1); gen <= 2; gen++ {
+				w, _, err := s.Spawn(context.Background(), spec, gen)
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					_, err = w.Admit(context.Background(), 128)
+				}()
+				stepUntil(t, clk, done)
+				if err != nil {
+					t.Fatalf("generation %d: %v", gen, err)
+				}
+				if _, _, held := m.Stats(); held != spec.Layers {
+					t.Fatalf("generation %d loaded rung 128; the machine holds %d programs, want %d", gen, held, spec.Layers)
+				}
+				c.end(w)
+				exitConfirmed(t, w, fmt.Sprintf("generation %d", gen))
+				if _, _, held := m.Stats(); held != 0 {
+					t.Fatalf("generation %d exited; the machine still holds %d programs", gen, held)
+				}
+			}
+		})
 	}
 }
