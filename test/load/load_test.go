@@ -130,9 +130,9 @@ func TestAgentUnderLoad(t *testing.T) {
 	if raceDetector {
 		// The agent is a process of its own, built without the race detector; only this test's
 		// client would be instrumented, and vegeta and TLS under -race fall far behind the attack
-		// (on two cores, 447 calls/s sent of the 2,440 asked): the agent would never be loaded,
-		// and the client's own queueing past its time-out would be reported as unanswered calls.
-		// make test runs this package on its own, without -race.
+		// (on two cores, 447 to 582 calls/s sent of the 2,440 to 2,498 asked): the agent was not
+		// loaded, and the client's own queueing past its time-out was reported as unanswered
+		// calls. make test runs this package on its own, without -race.
 		t.Skip("run without -race: under it this test's client, not the agent, is the bottleneck (make test runs it so)")
 	}
 	ctrllog.SetLogger(logr.Discard())
@@ -237,12 +237,6 @@ func TestAgentUnderLoad(t *testing.T) {
 	}
 
 	g := gomega.NewWithT(t)
-	// The attack is what the client sent, not what it was asked: a client that falls behind
-	// sends fewer calls (vegeta does not make up the ones it missed), and the agent is then
-	// loaded less than the test says. At least half again its capacity, or the client, not
-	// the agent, was the bottleneck.
-	g.Expect(rep.SentPerSecond).To(gomega.BeNumerically(">=", 1.5*capacity),
-		"calls sent a second, against the agent's capacity of %.0f/s and the attack's %d/s", capacity, rate)
 	g.Expect(rep.TransportErrors).To(gomega.BeZero(), "calls without an answer: %v", rep.UnexpectedStatuses)
 	g.Expect(rep.UnexpectedStatuses).To(gomega.BeEmpty(), "calls answered otherwise than their kind must be")
 	g.Expect(rep.RetryAfterMissing).To(gomega.BeZero(), "429 or 503 without Retry-After")
@@ -255,7 +249,7 @@ func TestAgentUnderLoad(t *testing.T) {
 	// histogram, from arrival to answer, is what it is held to: the smallest of its bucket
 	// bounds under which 99 % of the admitted calls were answered must lie within the deadline
 	// (stricter than the p99 itself). The client's figures include its own queueing on a machine
-	// it shares with the agent (its -race build, vegeta's workers), so they are reported only.
+	// it shares with the agent (vegeta's workers, TLS), so they are reported only.
 	g.Expect(rep.AgentAdmitted).To(gomega.BeNumerically("==", rep.ValidCodes[200]), "admitted calls the agent timed against those the client saw answered 200")
 	g.Expect(time.Duration(rep.AgentP99BoundMs*float64(time.Millisecond))).To(gomega.BeNumerically("<=", deadline), "p99 of admitted calls, timed by the agent from arrival")
 	if err := rssFailed.Load(); err != nil {
@@ -268,6 +262,12 @@ func TestAgentUnderLoad(t *testing.T) {
 	// as calls means none was answered twice (and none lost).
 	g.Expect(rep.AgentAnswered).To(gomega.BeNumerically("==", rep.AgentAnswerWanted), "answers counted by the agent against calls sent")
 	g.Expect(rep.SlowLorisCutOff).To(gomega.BeNumerically(">", 0), "no slow-loris connection was cut off")
+	// The attack is what the client sent, not what it was asked: a client that cannot keep up
+	// within the attack's duration sends fewer calls, and the agent is then loaded less than
+	// the test says. At least half again its capacity, or the client, not the agent, was the
+	// bottleneck. Checked last, so that the agent's own figures are judged first.
+	g.Expect(rep.SentPerSecond).To(gomega.BeNumerically(">=", 1.5*capacity),
+		"calls sent a second, against the agent's capacity of %.0f/s and the attack's %d/s", capacity, rate)
 }
 
 var (

@@ -123,10 +123,14 @@ func Start(cfg Config, spec Spec) (*Mac, error) {
 	go func() {
 		defer close(m.done)
 		for {
-			a, err := m.newAgent(cfg, auth, cs)
+			ws := m.workers(cfg)
+			a, err := m.newAgent(cfg, auth, cs, ws)
 			if err == nil {
 				err = a.Run(ctx, rc, cfg.Scheme)
 			}
+			// The agent's process has exited, and its workers with it, whether or not it
+			// retired its lanes in its shutdown's time.
+			ws.ExitAll()
 			if ctx.Err() != nil {
 				return
 			}
@@ -155,7 +159,7 @@ func (m *Mac) Restarts() (int, error) {
 // serves its API with a certificate from the cluster's signer, asked for as the node's own
 // identity, for its name, its address and the Services of the lanes placed on it (a placement
 // is Ready only once the certificate names its lane).
-func (m *Mac) newAgent(cfg Config, auth *apiauth.Delegating, cs kubernetes.Interface) (*agent.Agent, error) {
+func (m *Mac) newAgent(cfg Config, auth *apiauth.Delegating, cs kubernetes.Interface, ws *Workers) (*agent.Agent, error) {
 	spec := m.Spec
 	log := cfg.Log.WithValues("node", spec.Name)
 	dir := ""
@@ -175,14 +179,19 @@ func (m *Mac) newAgent(cfg Config, auth *apiauth.Delegating, cs kubernetes.Inter
 		Budget:   spec.Budget, Address: spec.Address, Listen: []string{"127.0.0.1:0"},
 		// The agent's own worker host, at its default call bounds, with its workers in process.
 		Host: workerhost.New(workerhost.Config{Backend: string(v1.BackendSim), BinaryDigest: string(cfg.BinaryDigest), Log: log,
-			Clock: clock.RealClock{}, Launch: (&Workers{Machine: m.Machine, SigningID: SigningID, BinaryDigest: string(cfg.BinaryDigest),
-				Clock: clock.RealClock{}, Faults: spec.Faults}).Launch}),
+			Clock: clock.RealClock{}, Launch: ws.Launch}),
 		// No lane lock: nothing outside this process could reach the simulated device, and an
 		// agent started again in the same process could not take a lock its predecessor held.
 		ArtifactRoot: filepath.Join(cfg.ArtifactRoot, string(spec.MacOSBuild)), ChipFamily: chipFamily, ConverterVersion: artifact.SimConverterVersion,
 		LeaseDuration: cfg.LeaseDuration, StatusInterval: cfg.StatusInterval,
 		Clock: clock.RealClock{}, Log: log,
 	}), nil
+}
+
+// workers are the workers of one run of the Mac's agent process, on the Mac's Neural Engine.
+func (m *Mac) workers(cfg Config) *Workers {
+	return &Workers{Machine: m.Machine, SigningID: SigningID, BinaryDigest: string(cfg.BinaryDigest), Clock: clock.RealClock{},
+		Faults: m.Spec.Faults}
 }
 
 // Stop stops the agent as SIGTERM does: it retires its lanes and marks its placements.

@@ -20,6 +20,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
+	"slices"
 	"sync"
 
 	"k8s.io/utils/clock"
@@ -45,6 +47,31 @@ type Workers struct {
 	Clock                   clock.Clock
 	// Faults, if set, is a worker.ParseFaults list injected into every generation.
 	Faults string
+
+	mu   sync.Mutex
+	live map[*generation]struct{}
+}
+
+// generation is one running worker: kill ends it; exited is closed once it has given its
+// programs back.
+type generation struct {
+	kill   func()
+	exited <-chan struct{}
+}
+
+// ExitAll ends every generation still running, as the agent process's exit ends its workers,
+// and returns once each has given its programs back: an agent started again in the same
+// process finds the Neural Engine as a restarted Mac's agent would. A stopping agent closes
+// its workers only while its shutdown's time lasts; the others would otherwise run on,
+// reading pipes nobody writes, and hold their programs for good.
+func (ws *Workers) ExitAll() {
+	ws.mu.Lock()
+	gens := slices.Collect(maps.Keys(ws.live))
+	ws.mu.Unlock()
+	for _, g := range gens {
+		g.kill()
+		<-g.exited
+	}
 }
 
 // Launch starts generation gen of spec's worker (workerhost.Config's Launch).
@@ -80,6 +107,13 @@ func (ws *Workers) Launch(spec supervisor.ModelSpec, gen int64) (workerhost.Stre
 		Exit:     func(int) { exit(errCrashed) },
 	}
 	exited := make(chan struct{})
+	g := &generation{kill: func() { exit(errKilled) }, exited: exited}
+	ws.mu.Lock()
+	if ws.live == nil {
+		ws.live = map[*generation]struct{}{}
+	}
+	ws.live[g] = struct{}{}
+	ws.mu.Unlock()
 	go func() {
 		defer close(exited)
 		err := srv.Serve(ctx, stdin, stdout)
@@ -91,6 +125,9 @@ func (ws *Workers) Launch(spec supervisor.ModelSpec, gen int64) (workerhost.Stre
 		// frees a process's when it exits: Serve handles one call at a time, so none is still
 		// loading. An agent started again re-adopts its lanes on the same Machine.
 		backend.Release()
+		ws.mu.Lock()
+		delete(ws.live, g)
+		ws.mu.Unlock()
 		_ = stderr.Close()
 	}()
 	wait := func() error {
@@ -101,7 +138,7 @@ func (ws *Workers) Launch(spec supervisor.ModelSpec, gen int64) (workerhost.Stre
 		return exitErr
 	}
 	return workerhost.Streams{Stdin: agentIn, Stdout: agentOut, Stderr: agentErr,
-		Kill: func() error { exit(errKilled); return nil }, Wait: wait}, nil
+		Kill: func() error { g.kill(); return nil }, Wait: wait}, nil
 }
 
 var (

@@ -40,12 +40,17 @@ import (
 
 // spawner is the agent's worker host as a hollow Mac has it, its workers in process.
 func spawner(clk *clocktesting.FakeClock, faults string) *workerhost.Host {
-	return machineSpawner(clk, simane.New(simane.Config{Clock: clk, Scale: 1}), faults)
+	return host(clk, workers(clk, faults))
 }
 
-// machineSpawner is spawner on the Mac's Neural Engine m.
-func machineSpawner(clk *clocktesting.FakeClock, m *simane.Machine, faults string) *workerhost.Host {
-	ws := &Workers{Machine: m, SigningID: SigningID, BinaryDigest: "sha256:ab", Clock: clk, Faults: faults}
+// workers are a hollow Mac's workers, on a Neural Engine of their own.
+func workers(clk *clocktesting.FakeClock, faults string) *Workers {
+	return &Workers{Machine: simane.New(simane.Config{Clock: clk, Scale: 1}), SigningID: SigningID, BinaryDigest: "sha256:ab",
+		Clock: clk, Faults: faults}
+}
+
+// host is the agent's worker host launching ws.
+func host(clk *clocktesting.FakeClock, ws *Workers) *workerhost.Host {
 	return workerhost.New(workerhost.Config{Backend: "sim", BinaryDigest: "sha256:ab", Log: logr.Discard(), Clock: clk,
 		CallTimeout: time.Minute, AdmitTimeout: admitTimeout, Launch: ws.Launch})
 }
@@ -251,16 +256,19 @@ func TestAHollowWorkersStderrLinesReachTheHostsOnStderr(t *testing.T) {
 func TestAHollowWorkerGivesBackItsProgramsWhenItExits(t *testing.T) {
 	for _, c := range []struct {
 		name, faults string
-		end          func(supervisor.Worker)
+		end          func(supervisor.Worker, *Workers)
 	}{
-		{"closed by the agent", "", func(w supervisor.Worker) { _ = w.Close() }},
-		{"killed", "", func(w supervisor.Worker) { _ = w.Kill() }},
-		{"crashed", "crash:evict:1", func(w supervisor.Worker) { _ = w.Evict(context.Background(), 256) }},
+		{"closed by the agent", "", func(w supervisor.Worker, _ *Workers) { _ = w.Close() }},
+		{"killed", "", func(w supervisor.Worker, _ *Workers) { _ = w.Kill() }},
+		{"crashed", "crash:evict:1", func(w supervisor.Worker, _ *Workers) { _ = w.Evict(context.Background(), 256) }},
+		// The agent exited without closing it (its shutdown's time ran out): its process's
+		// exit ends it.
+		{"left running by an agent that exited", "", func(_ supervisor.Worker, ws *Workers) { ws.ExitAll() }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(time.Now())
-			m := simane.New(simane.Config{Clock: clk, Scale: 1})
-			s := machineSpawner(clk, m, c.faults)
+			ws := workers(clk, c.faults)
+			m, s := ws.Machine, host(clk, ws)
 			for gen := int64(1); gen <= 2; gen++ {
 				w, _, err := s.Spawn(context.Background(), spec, gen)
 				if err != nil {
@@ -278,7 +286,7 @@ func TestAHollowWorkerGivesBackItsProgramsWhenItExits(t *testing.T) {
 				if _, _, held := m.Stats(); held != spec.Layers {
 					t.Fatalf("generation %d loaded rung 128; the machine holds %d programs, want %d", gen, held, spec.Layers)
 				}
-				c.end(w)
+				c.end(w, ws)
 				exitConfirmed(t, w, fmt.Sprintf("generation %d", gen))
 				if _, _, held := m.Stats(); held != 0 {
 					t.Fatalf("generation %d exited; the machine still holds %d programs", gen, held)
