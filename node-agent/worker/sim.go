@@ -125,12 +125,17 @@ func (s *Sim) Release() {
 }
 
 func (s *Sim) releaseLocked() {
-	for r, layers := range s.resident {
-		for range layers {
-			s.Machine.Unload()
-		}
-		delete(s.resident, r)
+	for r := range s.resident {
+		s.unloadLocked(r)
 	}
+}
+
+// unloadLocked gives back the programs of a resident rung's layers.
+func (s *Sim) unloadLocked(rung uint32) {
+	for range s.resident[rung] {
+		s.Machine.Unload()
+	}
+	delete(s.resident, rung)
 }
 
 // Admit loads every layer of rung, from aned's cache where it can, compiling the rest.
@@ -184,14 +189,10 @@ func (s *Sim) Admit(ctx context.Context, rung uint32) (Admission, error) {
 func (s *Sim) Evict(rung uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n, ok := s.resident[rung]
-	if !ok {
+	if _, ok := s.resident[rung]; !ok {
 		return &Error{Code: "not_resident", Message: fmt.Sprintf("rung %d is not resident", rung)}
 	}
-	for range n {
-		s.Machine.Unload()
-	}
-	delete(s.resident, rung)
+	s.unloadLocked(rung)
 	return nil
 }
 
