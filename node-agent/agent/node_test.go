@@ -18,11 +18,13 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -37,13 +39,17 @@ import (
 )
 
 // A renewal is one request: the Lease the heartbeat last wrote is updated without reading it
-// first, and read again only after a renewal failed (here, someone else wrote it meanwhile).
-func TestALeaseRenewalIsOneRequestUntilOneFails(t *testing.T) {
+// first. A failed update says the copy is stale only when the API server answers conflict (or
+// not found); a renewal that was throttled, refused, timed out or cancelled keeps its copy, and
+// the next one is again a single update.
+func TestALeaseRenewalReadsItsLeaseAgainOnlyAfterAConflict(t *testing.T) {
 	scheme := k8sruntime.NewScheme()
 	if err := coordinationv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	calls := map[string]int{}
+	var failNext error // the next Update's answer, after it did (landed) or did not write
+	landed := false
 	base := fake.NewClientBuilder().WithScheme(scheme).Build()
 	kube := interceptor.NewClient(base, interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -56,54 +62,117 @@ func TestALeaseRenewalIsOneRequestUntilOneFails(t *testing.T) {
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 			calls["update"]++
+			if err := failNext; err != nil {
+				failNext = nil
+				if landed {
+					landed = false
+					if uerr := c.Update(ctx, obj.DeepCopyObject().(client.Object), opts...); uerr != nil {
+						t.Fatalf("the landing update failed: %v", uerr)
+					}
+				}
+				return err
+			}
 			return c.Update(ctx, obj, opts...)
 		},
 	})
 	clk := clocktesting.NewFakeClock(epoch)
 	a := &Agent{cfg: Config{NodeName: "mac-1", LeaseDuration: 30 * time.Second, Clock: clk}, kube: kube}
 	renew := func() error { clk.Step(10 * time.Second); return a.renew(context.Background()) }
-	expect := func(want map[string]int) {
+	expect := func(step string, want map[string]int) {
 		t.Helper()
 		for k, v := range want {
 			if calls[k] != v {
-				t.Fatalf("calls %v, want %v", calls, want)
+				t.Fatalf("%s: calls %v, want %v", step, calls, want)
 			}
 		}
+	}
+	stored := func() *coordinationv1.Lease {
+		t.Helper()
+		l := &coordinationv1.Lease{}
+		if err := base.Get(context.Background(), client.ObjectKey{Namespace: LeaseNamespace, Name: "mac-1"}, l); err != nil {
+			t.Fatal(err)
+		}
+		return l
 	}
 
 	if err := renew(); err != nil {
 		t.Fatal(err)
 	}
-	expect(map[string]int{"get": 1, "create": 1, "update": 0})
+	expect("the first renewal", map[string]int{"get": 1, "create": 1, "update": 0})
 	for range 3 {
 		if err := renew(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	expect(map[string]int{"get": 1, "create": 1, "update": 3})
+	expect("renewals", map[string]int{"get": 1, "create": 1, "update": 3})
 
-	// Someone else writes the Lease: the next renewal conflicts, the one after reads it afresh.
-	other := &coordinationv1.Lease{}
-	if err := base.Get(context.Background(), client.ObjectKey{Namespace: LeaseNamespace, Name: "mac-1"}, other); err != nil {
+	for _, failure := range []error{
+		apierrors.NewTooManyRequests("the API server is throttling", 1),
+		apierrors.NewTimeoutError("the request did not complete", 1),
+		apierrors.NewServiceUnavailable("the API server is unavailable"),
+		context.Canceled,
+		ErrLeaseRenewTimeout,
+	} {
+		before := calls["update"]
+		failNext = failure
+		if err := renew(); !errors.Is(err, failure) {
+			t.Fatalf("a renewal answered %v returned %v", failure, err)
+		}
+		if err := renew(); err != nil {
+			t.Fatalf("the renewal after one answered %v: %v", failure, err)
+		}
+		expect("after "+failure.Error(), map[string]int{"get": 1, "update": before + 2})
+	}
+	if got := stored(); !got.Spec.RenewTime.Time.Equal(clk.Now()) {
+		t.Fatalf("the Lease was renewed at %s, want now", got.Spec.RenewTime)
+	}
+
+	// An update that landed but whose answer was lost (a timeout): the copy is stale, the next
+	// renewal conflicts and the one after reads the Lease afresh.
+	failNext, landed = apierrors.NewTimeoutError("the answer was lost", 1), true
+	if err := renew(); err == nil {
+		t.Fatal("a renewal whose answer was lost succeeded")
+	}
+	if err := renew(); !apierrors.IsConflict(err) {
+		t.Fatalf("the renewal after a landed update returned %v, want a conflict", err)
+	}
+	expect("after a conflict", map[string]int{"get": 1})
+	if err := renew(); err != nil {
 		t.Fatal(err)
 	}
+	expect("the renewal after a conflict", map[string]int{"get": 2})
+
+	// Someone else writes the Lease: the same, a conflict then a read.
+	other := stored()
 	other.Spec.HolderIdentity = ptr.To("intruder")
 	if err := base.Update(context.Background(), other); err != nil {
 		t.Fatal(err)
 	}
-	if err := renew(); err == nil {
-		t.Fatal("a renewal over a Lease written meanwhile succeeded")
+	if err := renew(); !apierrors.IsConflict(err) {
+		t.Fatalf("a renewal over a Lease written meanwhile returned %v, want a conflict", err)
 	}
 	if err := renew(); err != nil {
 		t.Fatal(err)
 	}
-	expect(map[string]int{"get": 2, "update": 5})
-	got := &coordinationv1.Lease{}
-	if err := base.Get(context.Background(), client.ObjectKey{Namespace: LeaseNamespace, Name: "mac-1"}, got); err != nil {
+	expect("after an intruder", map[string]int{"get": 3})
+	if got := stored(); *got.Spec.HolderIdentity != "mac-1" || !got.Spec.RenewTime.Time.Equal(clk.Now()) {
+		t.Errorf("the Lease is %+v, want held by mac-1 and renewed now", got.Spec)
+	}
+
+	// The Lease is deleted: not found, then read (not found) and created again.
+	if err := base.Delete(context.Background(), stored()); err != nil {
 		t.Fatal(err)
 	}
-	if *got.Spec.HolderIdentity != "mac-1" || !got.Spec.RenewTime.Time.Equal(clk.Now()) {
-		t.Errorf("the Lease is %+v, want held by mac-1 and renewed now", got.Spec)
+	if err := renew(); !apierrors.IsNotFound(err) {
+		t.Fatalf("a renewal of a deleted Lease returned %v, want not found", err)
+	}
+	creates := calls["create"]
+	if err := renew(); err != nil {
+		t.Fatal(err)
+	}
+	expect("after a deletion", map[string]int{"get": 4, "create": creates + 1})
+	if got := stored(); *got.Spec.HolderIdentity != "mac-1" || !got.Spec.RenewTime.Time.Equal(clk.Now()) {
+		t.Errorf("the recreated Lease is %+v, want held by mac-1 and renewed now", got.Spec)
 	}
 }
 
