@@ -75,7 +75,7 @@ func main() {
 	flag.Float64Var(&opts.NodeEvictionRate, "node-eviction-rate", lifecycle.DefaultEvictionRate, "how many lost nodes a second may have their placements re-placed")
 	flag.Float64Var(&opts.UnhealthyThreshold, "unhealthy-threshold", lifecycle.DefaultUnhealthyThreshold,
 		"share of unreachable nodes (at least 3, or all of them) from which evictions stop until the fleet is reachable again")
-	flag.Float64Var(&memoryRatio, "memory-limit-ratio", 0.9,
+	flag.Float64Var(&memoryRatio, "memory-limit-ratio", memlimit.DefaultRatio,
 		"share of the memory limit the Go runtime's memory (heap, stacks) is kept under, collecting garbage harder as it nears it (the runtime's soft limit; GOMEMLIMIT, when set, stands instead); 0 leaves the runtime's default")
 	flag.StringVar(&memoryLimit, "memory-limit", "", "the memory limit to take that share of (a quantity of at least 16Mi: 256Mi; 0 for none); empty reads the container's (its cgroup's, or the least of those above it)")
 	zapOpts := zap.Options{}

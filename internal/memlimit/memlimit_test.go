@@ -77,6 +77,7 @@ func TestTheSoftLimitIsTheRatioOfALimitAndNoneWithout(t *testing.T) {
 		want  int64
 	}{
 		{256 << 20, 0.9, 241591910},
+		{256 << 20, DefaultRatio, 192 << 20},
 		{256 << 20, 1, 256 << 20},
 		{0, 0.9, 0},
 		{256 << 20, 0, 0},

@@ -507,7 +507,8 @@ func (f *fleet) controllerPeak() string {
 }
 
 // heapProfile saves the controller's heap profile beside the report, when profiles are asked
-// for: with every lane placed, and with every lane Ready, where its caches hold the whole fleet.
+// for: with every lane placed, with every lane Ready, where its caches hold the whole fleet, and
+// once a tenth of the fleet's lanes were re-placed, where its peak has been.
 func (f *fleet) heapProfile(ctx context.Context, name string) {
 	if f.sc.Profile == "" {
 		return

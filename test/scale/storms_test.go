@@ -103,6 +103,7 @@ func (f *fleet) stormKill(ctx context.Context, rep *report, dead map[string]bool
 	}
 	s.ReplacedSeconds = time.Since(start).Seconds()
 	f.logf("re-placed in %.1fs (%s)", s.ReplacedSeconds, f.controllerPeak())
+	f.heapProfile(ctx, "controller-replaced.heap.pprof")
 	if err := f.waitFor(ctx, "every lane Ready again", limit, func() (bool, string) { return f.settled(dead) }); err != nil {
 		return s, err
 	}
