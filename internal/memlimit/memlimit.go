@@ -20,12 +20,13 @@ limitations under the License.
 // The Go runtime does not know the container's limit: left to its default (GOGC=100) it lets
 // the heap grow to twice what is live before collecting, and keeps freed pages a while, so a
 // controller with about 65 MB live at a thousand Macs reached 330 MiB of RSS, past the 256Mi its
-// Deployment allows. A soft limit a little under the container's makes the runtime collect
-// harder and return freed memory as it nears it; only memory that is live past the limit can
-// still take the process to the kernel's. That is the runtime's memory limit (GOMEMLIMIT), used
-// as the Go GC guide suggests (golang/website, _content/doc/gc-guide.html, "Suggested uses":
-// take advantage of it where the program alone holds a container's memory, leaving 5-10 % of
-// headroom for memory the runtime does not see).
+// Deployment allows. A soft limit under the container's makes the runtime collect harder and
+// return freed memory as it nears it; only memory that is live past the limit can still take
+// the process to the kernel's. That is the runtime's memory limit (GOMEMLIMIT), used as the Go
+// GC guide suggests (golang/website, _content/doc/gc-guide.html, "Suggested uses": take
+// advantage of it where the program alone holds a container's memory, leaving headroom for
+// memory the runtime does not see; it suggests 5-10 %, the controller needs more: see
+// DefaultRatio).
 package memlimit
 
 import (

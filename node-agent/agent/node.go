@@ -81,11 +81,13 @@ func (a *Agent) pausedLocked() bool {
 	return a.paused || (a.node != nil && a.node.Spec.Paused)
 }
 
-// Lease renewal's bounds, as the kubelet's lease controller has them
+// Lease renewal's bounds, after the kubelet's lease controller
 // (kubernetes/component-helpers apimachinery/lease/controller.go: renewals every interval
-// jittered by 4%, at most 5 attempts of one renewal, backoff from 200 ms doubling up to 7 s;
-// kubernetes/kubernetes cmd/kubelet/app/server.go: each heartbeat call times out within the
-// renew interval).
+// jittered by 4%, at most 5 update attempts of one renewal; kubernetes/kubernetes
+// cmd/kubelet/app/server.go: each heartbeat call times out within the renew interval). The
+// kubelet retries its updates back to back and backs off (doubling up to 7 s) only between
+// the reads that make sure its Lease exists; the agent spaces every attempt by that backoff,
+// so that a fleet whose API server is slow does not retry in a burst.
 const (
 	// renewPeriodJitter spreads a fleet's renewals so that Macs started together do not renew
 	// together.
@@ -174,13 +176,15 @@ func (a *Agent) renewWithin(ctx context.Context, timeout time.Duration) error {
 // renew renews the node's Lease. As the kubelet does, it updates the Lease it last wrote and
 // reads it from the API server only when it has none: the first renewal, or after the API
 // server said the copy is stale (a conflict) or gone (not found). Any other failure (a call
-// timed out, throttled, refused) says nothing about the copy, so the next attempt updates it
-// again; the kubelet's lease controller re-reads only on a conflict too
-// (kubernetes/component-helpers apimachinery/lease/controller.go, retryUpdateLease). One
-// request per renewal instead of two is most of what a fleet asks of the API server at rest;
-// and reading again after every timeout doubled the load exactly when the API server was
-// slowest: at a thousand Macs, a rollout whose renewals timed out 2,808 times made 14,092
-// Lease GETs. Only the heartbeat calls it.
+// timed out, throttled, refused) says nothing about the copy: any change to the stored Lease
+// answers an update of it with a conflict, so the next attempt updates it again. Within a
+// renewal the kubelet's lease controller re-reads only on a conflict too
+// (kubernetes/component-helpers apimachinery/lease/controller.go, retryUpdateLease); unlike
+// it, the agent does not also read after a period whose updates all failed, for the same
+// reason. One request per renewal instead of two is most of what a fleet asks of the API
+// server at rest; and reading again after every timeout doubled the load exactly when the API
+// server was slowest: at a thousand Macs, a rollout whose renewals timed out 2,808 times made
+// 14,092 Lease GETs. Only the heartbeat calls it.
 func (a *Agent) renew(ctx context.Context) error {
 	now := metav1.NewMicroTime(a.cfg.Clock.Now())
 	lease := a.lease

@@ -39,10 +39,10 @@ import (
 )
 
 // A renewal is one request: the Lease the heartbeat last wrote is updated without reading it
-// first. A failed update says the copy is stale only when the API server answers conflict (or
-// not found); a renewal that was throttled, refused, timed out or cancelled keeps its copy, and
+// first. A failed update says the copy is stale only when the API server answers conflict or
+// not found; a renewal that was throttled, refused, timed out or cancelled keeps its copy, and
 // the next one is again a single update.
-func TestALeaseRenewalReadsItsLeaseAgainOnlyAfterAConflict(t *testing.T) {
+func TestALeaseRenewalReadsItsLeaseAgainOnlyAfterAConflictOrNotFound(t *testing.T) {
 	scheme := k8sruntime.NewScheme()
 	if err := coordinationv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
