@@ -94,6 +94,13 @@ func TestALeaseRenewalReadsItsLeaseAgainOnlyAfterAConflictOrNotFound(t *testing.
 		}
 		return l
 	}
+	// renewedNow checks that the stored Lease is held by the agent and was renewed now.
+	renewedNow := func(what string) {
+		t.Helper()
+		if got := stored(); *got.Spec.HolderIdentity != "mac-1" || !got.Spec.RenewTime.Time.Equal(clk.Now()) {
+			t.Fatalf("%s: the Lease is %+v, want held by mac-1 and renewed now", what, got.Spec)
+		}
+	}
 
 	if err := renew(); err != nil {
 		t.Fatal(err)
@@ -123,9 +130,7 @@ func TestALeaseRenewalReadsItsLeaseAgainOnlyAfterAConflictOrNotFound(t *testing.
 		}
 		expect("after "+failure.Error(), map[string]int{"get": 1, "update": before + 2})
 	}
-	if got := stored(); !got.Spec.RenewTime.Time.Equal(clk.Now()) {
-		t.Fatalf("the Lease was renewed at %s, want now", got.Spec.RenewTime)
-	}
+	renewedNow("after the failures")
 
 	// An update that landed but whose answer was lost (a timeout): the copy is stale, the next
 	// renewal conflicts and the one after reads the Lease afresh.
@@ -155,9 +160,7 @@ func TestALeaseRenewalReadsItsLeaseAgainOnlyAfterAConflictOrNotFound(t *testing.
 		t.Fatal(err)
 	}
 	expect("after an intruder", map[string]int{"get": 3})
-	if got := stored(); *got.Spec.HolderIdentity != "mac-1" || !got.Spec.RenewTime.Time.Equal(clk.Now()) {
-		t.Errorf("the Lease is %+v, want held by mac-1 and renewed now", got.Spec)
-	}
+	renewedNow("after an intruder")
 
 	// The Lease is deleted: not found, then read (not found) and created again.
 	if err := base.Delete(context.Background(), stored()); err != nil {
@@ -171,9 +174,7 @@ func TestALeaseRenewalReadsItsLeaseAgainOnlyAfterAConflictOrNotFound(t *testing.
 		t.Fatal(err)
 	}
 	expect("after a deletion", map[string]int{"get": 4, "create": creates + 1})
-	if got := stored(); *got.Spec.HolderIdentity != "mac-1" || !got.Spec.RenewTime.Time.Equal(clk.Now()) {
-		t.Errorf("the recreated Lease is %+v, want held by mac-1 and renewed now", got.Spec)
-	}
+	renewedNow("after a deletion")
 }
 
 // The node's progress (allocation, lanes, queue) is written at most every NodeProgressInterval;
