@@ -130,6 +130,19 @@ func TestALeaseRenewalReadsItsLeaseAgainOnlyAfterAConflictOrNotFound(t *testing.
 		}
 		expect("after "+failure.Error(), map[string]int{"get": 1, "update": before + 2})
 	}
+	// A run of failures, as a whole renewal's attempts against a saturated API server: still
+	// one update each, never a read.
+	before := calls["update"]
+	for range renewAttempts {
+		failNext = apierrors.NewTimeoutError("the API server is saturated", 1)
+		if err := renew(); !apierrors.IsTimeout(err) {
+			t.Fatalf("a renewal that timed out returned %v", err)
+		}
+	}
+	if err := renew(); err != nil {
+		t.Fatal(err)
+	}
+	expect("after a run of timeouts", map[string]int{"get": 1, "update": before + renewAttempts + 1})
 	renewedNow("after the failures")
 
 	// An update that landed but whose answer was lost (a timeout): the copy is stale, the next
