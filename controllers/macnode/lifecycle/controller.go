@@ -51,6 +51,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
@@ -110,6 +111,9 @@ type Controller struct {
 	held, announced    bool
 	judgements, judged uint64
 	standing           fleetHealth
+	// released is, per node, the placements a pass released that the cache may still list
+	// (see unreleased).
+	released map[string]map[types.UID]struct{}
 }
 
 // heartbeat is one renewal as this controller saw it. changed: it is not the first this
@@ -124,7 +128,7 @@ type heartbeat struct {
 // eviction rate and unhealthy threshold.
 func NewController(clk clock.PassiveClock, kube client.Client, recorder events.EventRecorder) *Controller {
 	c := &Controller{clk: clk, kube: kube, recorder: recorder, grace: DefaultGracePeriod, eviction: DefaultEvictionTimeout,
-		threshold: DefaultUnhealthyThreshold, beats: map[string]heartbeat{}}
+		threshold: DefaultUnhealthyThreshold, beats: map[string]heartbeat{}, released: map[string]map[types.UID]struct{}{}}
 	return c.WithEvictionRate(DefaultEvictionRate)
 }
 
@@ -229,6 +233,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	}
 	if now.Before(expiresAt) {
 		metrics.NodeReady.WithLabelValues(node.Name).Set(1)
+		c.forgetReleases(node.Name)
 		if err := c.healed(ctx); err != nil {
 			return reconcile.Result{}, err
 		}

@@ -18,15 +18,19 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -81,7 +85,10 @@ func (c *Controller) health(ctx context.Context, now time.Time) (fleetHealth, er
 
 // evictWithBrake forces a lost node's placements away, unless most of the fleet is unreachable
 // (then the node's EvictionHeld condition and an event say so, and it is judged again after a
-// grace period) or the eviction rate is spent (then it waits its turn).
+// grace period) or the eviction rate is spent (then it waits its turn). A node whose
+// placements are all released already takes no turn: each release's delete brings the node
+// back here, and had those passes taken the limiter's tokens, the other lost nodes would have
+// waited behind them for nothing.
 func (c *Controller) evictWithBrake(ctx context.Context, node *v1.MacNode, now time.Time) (reconcile.Result, error) {
 	h, held, err := c.judge(ctx)
 	if err != nil {
@@ -93,13 +100,21 @@ func (c *Controller) evictWithBrake(ctx context.Context, node *v1.MacNode, now t
 		}
 		return reconcile.Result{RequeueAfter: c.grace}, nil
 	}
+	why := fmt.Sprintf("%d of %d nodes are unreachable; evictions resume", h.unreachable, h.total)
+	placements, err := c.unreleased(ctx, node.Name, unretired)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(placements) == 0 {
+		return reconcile.Result{}, c.lift(ctx, node, why)
+	}
 	if !c.limiter.TryAccept() {
 		return reconcile.Result{RequeueAfter: time.Duration(float64(time.Second) / c.rate)}, nil
 	}
-	if err := c.lift(ctx, node, fmt.Sprintf("%d of %d nodes are unreachable; evictions resume", h.unreachable, h.total)); err != nil {
+	if err := c.lift(ctx, node, why); err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, c.evict(ctx, node)
+	return reconcile.Result{}, c.evict(ctx, node, placements)
 }
 
 // healed judges the fleet again while evictions are held, when a node is seen alive: the hold
@@ -200,8 +215,8 @@ func (c *Controller) setEvictionHeld(ctx context.Context, node *v1.MacNode, stat
 
 // evict forces the dead node's placements away: the agent that would remove their retirement
 // finalizers is gone, so the finalizer goes with the placement.
-func (c *Controller) evict(ctx context.Context, node *v1.MacNode) error {
-	return c.releaseEach(ctx, node.Name, func(*v1.LanePlacement) bool { return true }, func(p *v1.LanePlacement) {
+func (c *Controller) evict(ctx context.Context, node *v1.MacNode, placements []*v1.LanePlacement) error {
+	return c.releaseEach(ctx, node.Name, placements, func(p *v1.LanePlacement) {
 		metrics.PlacementDecisions.WithLabelValues("node_lost").Inc()
 		c.recorder.Eventf(p, node, "Warning", "NodeLost", "Evict",
 			"node %s has been Unknown for %s; placement forced away to be re-placed", node.Name, c.eviction)
@@ -211,49 +226,106 @@ func (c *Controller) evict(ctx context.Context, node *v1.MacNode) error {
 // releaseAll releases every placement of a node whose MacNode is gone: no agent of that name
 // will retire them (a Mac joined again under the name starts from its new placements).
 func (c *Controller) releaseAll(ctx context.Context, node string) error {
-	return c.releaseEach(ctx, node, func(*v1.LanePlacement) bool { return true }, func(p *v1.LanePlacement) {
+	placements, err := c.unreleased(ctx, node, unretired)
+	if err != nil {
+		return err
+	}
+	return c.releaseEach(ctx, node, placements, func(p *v1.LanePlacement) {
 		metrics.PlacementDecisions.WithLabelValues("node_deleted").Inc()
 		c.recorder.Eventf(p, nil, "Warning", "NodeDeleted", "Release", "MacNode %s was deleted; placement released", node)
 	})
 }
 
 // releaseDeleted releases the node's placements that are already being deleted (their lane
-// or namespace was deleted, or they were scaled down) while the node is Unknown.
+// or namespace was deleted, they were scaled down, or an eviction's delete went through and
+// its finalizer's removal did not) while the node is Unknown.
 func (c *Controller) releaseDeleted(ctx context.Context, node string) error {
-	return c.releaseEach(ctx, node, func(p *v1.LanePlacement) bool {
+	placements, err := c.unreleased(ctx, node, func(p *v1.LanePlacement) bool {
 		return !p.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(p, v1.FinalizerRetirement)
-	}, func(p *v1.LanePlacement) {
+	})
+	if err != nil {
+		return err
+	}
+	return c.releaseEach(ctx, node, placements, func(p *v1.LanePlacement) {
 		c.recorder.Eventf(p, nil, "Warning", "NodeLost", "Release", "node %s is Unknown; the deleted placement is released without its retirement", node)
 	})
 }
 
-// ReleaseParallelism is how many of one node's placements are released at once. A release is
-// up to two writes (the finalizer's removal, the delete); one after the other, a node's five to
-// eleven placements took seconds on a busy API server, and a tenth of a thousand Macs lost at
-// once were evicted at that pace rather than at the eviction rate.
-const ReleaseParallelism = 8
+// unretired picks the placements that are yet to go: not being deleted, or held by their
+// retirement finalizer (one being deleted with it gone needs nothing more of this controller).
+func unretired(p *v1.LanePlacement) bool {
+	return p.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(p, v1.FinalizerRetirement)
+}
 
-// releaseEach releases the node's placements that which picks, up to ReleaseParallelism at a
-// time, calling released after each. A release under way when another fails is finished (a
-// finalizer removed and its placement left undeleted would be neither released nor counted);
-// those not yet begun are given up, for the next reconcile to list again. It returns every
-// failure.
-func (c *Controller) releaseEach(ctx context.Context, node string, which func(*v1.LanePlacement) bool, released func(*v1.LanePlacement)) error {
+// unreleased lists the node's placements that which picks and that no pass of this
+// controller has released yet. The list comes from the manager's cache, which shows a release
+// only when its events arrive: until then every pass over the node (each release's delete
+// brings one) would release the same placements again, two refused writes each (a thousand
+// Macs' kill storm: 256 patches refused as not found). What the cache no longer lists is
+// forgotten (a UID is never reused: a placement made again is a new one).
+func (c *Controller) unreleased(ctx context.Context, node string, which func(*v1.LanePlacement) bool) ([]*v1.LanePlacement, error) {
 	var placements v1.LanePlacementList
 	if err := c.kube.List(ctx, &placements, client.MatchingFields{v1.FieldPlacementNode: node}); err != nil {
-		return err
+		return nil, err
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	done := c.released[node]
+	listed := make(map[types.UID]struct{}, len(done))
+	var picked []*v1.LanePlacement
+	for i := range placements.Items {
+		p := &placements.Items[i]
+		if _, ok := done[p.UID]; ok {
+			listed[p.UID] = struct{}{}
+			continue
+		}
+		if which(p) {
+			picked = append(picked, p)
+		}
+	}
+	if len(listed) == 0 {
+		delete(c.released, node)
+	} else {
+		c.released[node] = listed
+	}
+	return picked, nil
+}
+
+// releasedOne records that placement p of the node is released (see unreleased).
+func (c *Controller) releasedOne(node string, p *v1.LanePlacement) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.released[node] == nil {
+		c.released[node] = map[types.UID]struct{}{}
+	}
+	c.released[node][p.UID] = struct{}{}
+}
+
+// forgetReleases forgets what was released of a node that is Ready again: its agent retires
+// its own placements, and what it does not is released again should the node be lost again.
+func (c *Controller) forgetReleases(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.released, node)
+}
+
+// ReleaseParallelism is how many of one node's placements are released at once. A release is
+// up to two writes (the delete, the finalizer's removal); one after the other, a node's five
+// to eleven placements took seconds on a busy API server, and a tenth of a thousand Macs lost
+// at once were evicted at that pace rather than at the eviction rate.
+const ReleaseParallelism = 8
+
+// releaseEach releases the node's placements, up to ReleaseParallelism at a time, calling
+// released after each. A release under way when another fails is finished; those not yet
+// begun are given up, for the next reconcile to list again. It returns every failure.
+func (c *Controller) releaseEach(ctx context.Context, node string, placements []*v1.LanePlacement, released func(*v1.LanePlacement)) error {
 	var (
 		g      errgroup.Group
 		mu     sync.Mutex
 		failed []error
 	)
 	g.SetLimit(ReleaseParallelism)
-	for i := range placements.Items {
-		p := &placements.Items[i]
-		if !which(p) {
-			continue
-		}
+	for _, p := range placements {
 		mu.Lock()
 		stop := len(failed) > 0
 		mu.Unlock()
@@ -267,6 +339,7 @@ func (c *Controller) releaseEach(ctx context.Context, node string, which func(*v
 				mu.Unlock()
 				return nil
 			}
+			c.releasedOne(node, p)
 			released(p)
 			return nil
 		})
@@ -275,17 +348,45 @@ func (c *Controller) releaseEach(ctx context.Context, node string, which func(*v
 	return errors.Join(failed...)
 }
 
-// release removes the placement's retirement finalizer and deletes it.
+// release deletes the placement, then removes its retirement finalizer, which lets the API
+// server remove it. The delete comes first: from then on the placement no longer counts as a
+// replica, and should the finalizer's removal fail, what is left is a placement being deleted
+// on an Unknown node, which the node's next pass releases (releaseDeleted) whatever became of
+// its eviction. The finalizer goes by a JSON patch that tests it is still where the copy
+// read shows it, on the placement it read (its UID): no resourceVersion is sent, so a status write in between (this controller
+// marks the placements NodeReady False just before; the agent's writer may have written last)
+// is no conflict, as it was to an update from the cache's copy, and no other finalizer is
+// removed with it.
 func (c *Controller) release(ctx context.Context, p *v1.LanePlacement) error {
-	if controllerutil.RemoveFinalizer(p, v1.FinalizerRetirement) {
-		if err := c.kube.Update(ctx, p); client.IgnoreNotFound(err) != nil {
-			return err
-		}
-	}
 	if p.DeletionTimestamp.IsZero() {
-		if err := c.kube.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+		// Preconditioned on its UID: a placement made again under the name since is not
+		// this one (the conflict says this one is gone).
+		err := c.kube.Delete(ctx, p, client.Preconditions{UID: &p.UID})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 	}
-	return nil
+	at := slices.Index(p.Finalizers, v1.FinalizerRetirement)
+	if at < 0 {
+		return nil
+	}
+	patch, err := json.Marshal([]jsonPatchOp{
+		{Op: "test", Path: "/metadata/uid", Value: string(p.UID)},
+		{Op: "test", Path: fmt.Sprintf("/metadata/finalizers/%d", at), Value: v1.FinalizerRetirement},
+		{Op: "remove", Path: fmt.Sprintf("/metadata/finalizers/%d", at)},
+	})
+	if err != nil {
+		return err
+	}
+	return client.IgnoreNotFound(c.kube.Patch(ctx, p.DeepCopy(), client.RawPatch(types.JSONPatchType, patch)))
+}
+
+// jsonPatchOp is one operation of a JSON patch (RFC 6902).
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value string `json:"value,omitempty"`
 }

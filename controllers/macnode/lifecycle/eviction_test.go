@@ -32,10 +32,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/macnode/lifecycle"
 	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
+	"github.com/ck-synapse/synapse-fleet/test/testenv"
 )
 
 // fleetOf registers n heartbeating nodes, each with a placement, seen by the controller.
@@ -66,6 +68,31 @@ func lose(nodes []*v1.MacNode, lost map[int]bool) {
 	for _, n := range nodes {
 		reconcileNode(n)
 	}
+}
+
+// loseChecked lets the first node's Lease go stale while the others renew, past the grace
+// period and the eviction timeout, and reconciles it, its error matched by failed.
+func loseChecked(nodes []*v1.MacNode, failed OmegaMatcher) {
+	GinkgoHelper()
+	for range 7 {
+		clk.Step(time.Minute)
+		for _, n := range nodes[1:] {
+			renew(n)
+		}
+	}
+	_, err := controller.Reconcile(ctx, requestFor(nodes[0]))
+	Expect(err).To(failed)
+}
+
+// nextPass reconciles the first node again, past the brake's next token and the grace that
+// follows an API failure, the others renewing.
+func nextPass(nodes []*v1.MacNode) {
+	GinkgoHelper()
+	clk.Step(time.Minute)
+	for _, n := range nodes[1:] {
+		renew(n)
+	}
+	reconcileNode(nodes[0])
 }
 
 func exists(p *v1.LanePlacement) bool {
@@ -286,8 +313,8 @@ var _ = Describe("Eviction", func() {
 		})
 	})
 
-	Context("when a release's delete fails after its finalizer was removed", func() {
-		It("should say so, and release the placement on the next pass", func() {
+	Context("when a release's delete fails", func() {
+		It("should say so, leave the placement as it was, and release it on the next pass", func() {
 			var failed atomic.Bool
 			controller = lifecycle.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
 				Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
@@ -298,23 +325,172 @@ var _ = Describe("Eviction", func() {
 				},
 			}), recorder)
 			nodes, ps := fleetOf(5)
-			for range 7 { // as lose, but the lost node's pass is checked for its error
-				clk.Step(time.Minute)
+			loseChecked(nodes, MatchError(ContainSubstring("the API server went away")))
+			got := &v1.LanePlacement{}
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(ps[0]), got)).To(Succeed())
+			Expect(got.DeletionTimestamp).To(BeNil(), "its delete failed")
+			Expect(got.Finalizers).To(ConsistOf(v1.FinalizerRetirement), "its finalizer is removed only after the delete")
+			nextPass(nodes)
+			Expect(exists(ps[0])).To(BeFalse(), "released on the next pass")
+		})
+	})
+
+	Context("when a release's finalizer removal fails after its delete", func() {
+		It("should leave the placement being deleted, no longer a replica, and release it on the next pass", func() {
+			var failed atomic.Bool
+			controller = lifecycle.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+				Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+					if _, ok := obj.(*v1.LanePlacement); ok && failed.CompareAndSwap(false, true) {
+						return fmt.Errorf("the API server went away")
+					}
+					return c.Patch(ctx, obj, patch, opts...)
+				},
+			}), recorder)
+			nodes, ps := fleetOf(5)
+			loseChecked(nodes, MatchError(ContainSubstring("the API server went away")))
+			got := &v1.LanePlacement{}
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(ps[0]), got)).To(Succeed())
+			Expect(got.DeletionTimestamp).NotTo(BeNil(), "deleted first: the lane re-places it at once")
+			Expect(got.Finalizers).To(ConsistOf(v1.FinalizerRetirement))
+			nextPass(nodes)
+			Expect(exists(ps[0])).To(BeFalse(), "released on the next pass")
+		})
+	})
+
+	Context("when the placements were written since the copies the release reads", func() {
+		It("should release them all in one pass, without a conflict, and remove no other finalizer", func() {
+			// The agent's status writer (or this controller's NodeReady mark) writes a placement
+			// between the cache's list and its release: an update from the listed copy would be
+			// refused as a conflict and the node's eviction retried with backoff.
+			controller = lifecycle.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+				List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+					if err := c.List(ctx, list, opts...); err != nil {
+						return err
+					}
+					ps, ok := list.(*v1.LanePlacementList)
+					if !ok {
+						return nil
+					}
+					// Once marked on an Unknown node, each is written again after every list.
+					for i := range ps.Items {
+						if !meta.IsStatusConditionFalse(ps.Items[i].Status.Conditions, v1.PlacementConditionNodeReady) {
+							continue
+						}
+						now := &v1.LanePlacement{}
+						Expect(c.Get(ctx, client.ObjectKeyFromObject(&ps.Items[i]), now)).To(Succeed())
+						now.Status.Phase = map[bool]v1.PlacementPhase{true: v1.PhaseLoading, false: v1.PhaseReady}[now.Status.Phase == v1.PhaseReady]
+						Expect(c.Status().Update(ctx, now)).To(Succeed())
+					}
+					return nil
+				},
+			}), recorder)
+			nodes, ps := fleetOf(5)
+			other := ps[0].DeepCopy()
+			other.ObjectMeta = metav1.ObjectMeta{Name: ps[0].Name + "-other", Namespace: ps[0].Namespace, Labels: ps[0].Labels,
+				Finalizers: []string{"example.com/audit", v1.FinalizerRetirement}}
+			Expect(kube.Create(ctx, other)).To(Succeed())
+			lose(nodes, map[int]bool{0: true})
+			Expect(exists(ps[0])).To(BeFalse(), "the lost node's placement is still there")
+			got := &v1.LanePlacement{}
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(other), got)).To(Succeed())
+			Expect(got.DeletionTimestamp).NotTo(BeNil())
+			Expect(got.Finalizers).To(Equal([]string{"example.com/audit"}), "only the retirement finalizer goes")
+		})
+	})
+
+	Context("when a placement is made again under its name between the list and its release", func() {
+		It("should leave the new one alone", func() {
+			var swapped atomic.Bool
+			var again *v1.LanePlacement
+			controller = lifecycle.NewController(clk, interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+				// Just before the release's delete, the placement read is replaced by a new one.
+				Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+					if p, ok := obj.(*v1.LanePlacement); ok && swapped.CompareAndSwap(false, true) {
+						old := &v1.LanePlacement{}
+						Expect(c.Get(ctx, client.ObjectKeyFromObject(p), old)).To(Succeed())
+						old.Finalizers = nil
+						Expect(c.Update(ctx, old)).To(Succeed())
+						Expect(c.Delete(ctx, old)).To(Succeed())
+						again = &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Name: old.Name, Namespace: old.Namespace, Labels: old.Labels,
+							Finalizers: []string{v1.FinalizerRetirement}}, Spec: old.Spec}
+						Expect(c.Create(ctx, again)).To(Succeed())
+					}
+					return c.Delete(ctx, obj, opts...)
+				},
+			}), recorder)
+			nodes, _ := fleetOf(5)
+			lose(nodes, map[int]bool{0: true})
+			Expect(swapped.Load()).To(BeTrue())
+			got := &v1.LanePlacement{}
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(again), got)).To(Succeed())
+			Expect(got.UID).To(Equal(again.UID))
+			Expect(got.DeletionTimestamp).To(BeNil(), "the placement made again was deleted by a release of the one before")
+			Expect(got.Finalizers).To(ConsistOf(v1.FinalizerRetirement))
+		})
+	})
+
+	DescribeTable("when the cache still lists a placement a pass released",
+		func(first func(nodes []*v1.MacNode), again func(n *v1.MacNode) reconcile.Result) {
+			// The manager's cache shows a release only when its events arrive; each release's
+			// delete brings the node back meanwhile.
+			// The list of the first node's placements that its releasing pass read last is the
+			// one the cache keeps showing.
+			var watched atomic.Value
+			var seen, stale atomic.Pointer[v1.LanePlacementList]
+			var writes atomic.Int64
+			controller = lifecycle.NewController(clk, testenv.Counting(interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+				List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+					ps, ok := list.(*v1.LanePlacementList)
+					if !ok {
+						return c.List(ctx, list, opts...)
+					}
+					if stale.Load() != nil {
+						stale.Load().DeepCopyInto(ps)
+						return nil
+					}
+					if err := c.List(ctx, list, opts...); err != nil {
+						return err
+					}
+					if len(ps.Items) > 0 && ps.Items[0].Spec.Node == watched.Load() {
+						seen.Store(ps.DeepCopy())
+					}
+					return nil
+				},
+			}), nil, &writes), recorder)
+			nodes, ps := fleetOf(5)
+			watched.Store(nodes[0].Name)
+			first(nodes)
+			Expect(exists(ps[0])).To(BeFalse())
+			Expect(controller.ReleasesRemembered()).To(Equal(1))
+			Expect(seen.Load().Items).To(HaveLen(1))
+
+			stale.Store(seen.Load())
+			writes.Store(0)
+			for range 3 {
+				clk.Step(5 * time.Second) // the eviction rate's next token comes every other pass
 				for _, n := range nodes[1:] {
 					renew(n)
 				}
+				Expect(again(nodes[0]).RequeueAfter).To(BeZero(), "a node with nothing left to release waits for an eviction token")
 			}
-			_, err := controller.Reconcile(ctx, requestFor(nodes[0]))
-			Expect(err).To(MatchError(ContainSubstring("the API server went away")))
-			Expect(exists(ps[0])).To(BeTrue(), "its delete failed")
-			clk.Step(time.Minute) // past the brake's next token and the API failure's grace
-			for _, n := range nodes[1:] {
-				renew(n)
-			}
-			reconcileNode(nodes[0])
-			Expect(exists(ps[0])).To(BeFalse(), "released on the next pass, its finalizer already gone")
-		})
-	})
+			Expect(writes.Load()).To(BeZero(), "released again: writes the API server refuses as not found")
+
+			stale.Store(nil) // the cache catches up
+			again(nodes[0])
+			Expect(controller.ReleasesRemembered()).To(BeZero(), "what the cache no longer lists is forgotten")
+		},
+		Entry("of a lost node it evicted, it should neither write nor take an eviction token again",
+			func(nodes []*v1.MacNode) { lose(nodes, map[int]bool{0: true}) },
+			func(n *v1.MacNode) reconcile.Result { res, _ := reconcileNode(n); return res }),
+		Entry("of a MacNode deleted, it should not write again", func(nodes []*v1.MacNode) {
+			Expect(kube.Delete(ctx, nodes[0])).To(Succeed())
+			reconcileGone(nodes[0])
+		}, func(n *v1.MacNode) reconcile.Result {
+			res, err := controller.Reconcile(ctx, requestFor(n))
+			Expect(err).NotTo(HaveOccurred())
+			return res
+		}),
+	)
 
 	Context("when two of ten Macs are lost at once", func() {
 		It("should evict one at a time, at the eviction rate", func() {

@@ -23,3 +23,15 @@ func (c *Controller) HeartbeatsKept() int {
 	defer c.mu.Unlock()
 	return len(c.beats)
 }
+
+// ReleasesRemembered is how many released placements the controller remembers, of every node:
+// those the cache may still list.
+func (c *Controller) ReleasesRemembered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, uids := range c.released {
+		n += len(uids)
+	}
+	return n
+}
