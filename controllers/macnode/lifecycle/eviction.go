@@ -260,9 +260,9 @@ func unretired(p *v1.LanePlacement) bool {
 // unreleased lists the node's placements that which picks and that no pass of this
 // controller has released yet. The list comes from the manager's cache, which shows a release
 // only when its events arrive: until then every pass over the node (each release's delete
-// brings one) would release the same placements again, two refused writes each (a thousand
-// Macs' kill storm: 256 patches refused as not found). What the cache no longer lists is
-// forgotten (a UID is never reused: a placement made again is a new one).
+// brings one) would release the same placements again, with writes the API server refuses as
+// not found (256 in a thousand Macs' kill storm before this record). What the cache no longer
+// lists is forgotten (a UID is never reused: a placement made again is a new one).
 func (c *Controller) unreleased(ctx context.Context, node string, which func(*v1.LanePlacement) bool) ([]*v1.LanePlacement, error) {
 	var placements v1.LanePlacementList
 	if err := c.kube.List(ctx, &placements, client.MatchingFields{v1.FieldPlacementNode: node}); err != nil {
@@ -352,11 +352,11 @@ func (c *Controller) releaseEach(ctx context.Context, node string, placements []
 // server remove it. The delete comes first: from then on the placement no longer counts as a
 // replica, and should the finalizer's removal fail, what is left is a placement being deleted
 // on an Unknown node, which the node's next pass releases (releaseDeleted) whatever became of
-// its eviction. The finalizer goes by a JSON patch that tests it is still where the copy
-// read shows it, on the placement it read (its UID): no resourceVersion is sent, so a status write in between (this controller
-// marks the placements NodeReady False just before; the agent's writer may have written last)
-// is no conflict, as it was to an update from the cache's copy, and no other finalizer is
-// removed with it.
+// its eviction. The finalizer goes by a JSON patch that tests that the placement is the one
+// read (its UID) and the finalizer still where the copy read shows it: no resourceVersion is
+// sent, so a status write in between (this controller marks the placements NodeReady False
+// just before; the agent's writer may have written last) is no conflict, as it was to an
+// update from the cache's copy, and no other finalizer is removed with it.
 func (c *Controller) release(ctx context.Context, p *v1.LanePlacement) error {
 	if p.DeletionTimestamp.IsZero() {
 		// Preconditioned on its UID: a placement made again under the name since is not
