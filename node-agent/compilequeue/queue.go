@@ -29,6 +29,12 @@ const (
 	// repriceSlack: an admission predicted as a load that runs past twice its prediction plus
 	// this is repriced as a compile, because aned is evidently compiling it.
 	repriceSlack = time.Second
+
+	// MinRetryAfter is the least retry time a shape_compiling answer gives: an admission that
+	// runs past its prediction is predicted ready "now", and a client told to retry at once
+	// would only find it still compiling. The queue promises what the client is told, so a job
+	// is never dropped before twice this after a refusal.
+	MinRetryAfter = time.Second
 )
 
 // Ticket identifies one request waiting for a shape.
@@ -58,7 +64,8 @@ type Answer struct {
 	Accepted bool
 	ReadyAt  time.Time
 	// RetryAfter is set when the request is refused as shape_compiling: the predicted delay
-	// until the shape is ready. The compile stays queued, so the retry finds it ready.
+	// until the shape is ready, at least MinRetryAfter. The compile stays queued, so the retry
+	// finds it ready; it is the job's promise, so the job is kept for twice this at least.
 	RetryAfter time.Duration
 }
 
@@ -86,10 +93,25 @@ func (w waiter) limit() time.Time {
 }
 
 // refuse answers a waiter that cannot be served in time: with a deadline error once its own
-// deadline has passed, otherwise shape_compiling with the fresh predicted delay.
+// deadline has passed, otherwise shape_compiling with the fresh predicted delay, which is the
+// job's promise from now on: the seed drops a compile nobody waits for after twice the delay
+// it *last* promised, so a refusal that told a client to come back moves the drop time too.
 func refuse(now time.Time, j *Job, t Ticket, w waiter, ready time.Time) Refusal {
-	return Refusal{Ticket: t, Job: j, RetryAfter: ready.Sub(now),
-		DeadlineExceeded: !w.deadline.IsZero() && !now.Before(w.deadline)}
+	r := Refusal{Ticket: t, Job: j, DeadlineExceeded: !w.deadline.IsZero() && !now.Before(w.deadline)}
+	if !r.DeadlineExceeded {
+		r.RetryAfter = j.promise(now, retryAfter(ready.Sub(now)))
+	}
+	return r
+}
+
+// retryAfter is the delay a shape_compiling answer gives for a shape predicted ready after
+// delay.
+func retryAfter(delay time.Duration) time.Duration { return max(delay, MinRetryAfter) }
+
+// promise records delay, told to a request now, as the job's last promise and returns it.
+func (j *Job) promise(now time.Time, delay time.Duration) time.Duration {
+	j.promised, j.promisedAt = delay, now
+	return delay
 }
 
 // JobID names a job for its whole life: an admission's outcome names the job it finishes, so
@@ -160,8 +182,11 @@ type Queue struct {
 	running   *Job
 	startedAt time.Time
 	// failed: the running admission failed but still holds the gate (until its worker's exit
-	// is confirmed); new requests for its shape queue a new job instead of joining it.
+	// is confirmed, or heldUntil); new requests for its shape queue a new job instead of
+	// joining it, and every prediction counts the gate busy until heldUntil: the exit may come
+	// sooner, but nothing the core knows promises it.
 	failed     bool
+	heldUntil  time.Time
 	recovering map[string]bool
 	lastID     JobID
 }
@@ -212,15 +237,15 @@ func (q *Queue) Submit(now time.Time, r Request) Answer {
 		q.insert(now, j)
 	}
 	ready := q.ReadyAt(now, j)
-	j.promised, j.promisedAt = ready.Sub(now), now
 	since := r.Since
 	if since.IsZero() || since.After(now) {
 		since = now
 	}
 	w := waiter{deadline: r.Deadline, boundAt: since.Add(r.Bound)}
 	if ready.After(w.limit()) {
-		return Answer{ReadyAt: ready, RetryAfter: ready.Sub(now)}
+		return Answer{ReadyAt: ready, RetryAfter: j.promise(now, retryAfter(ready.Sub(now)))}
 	}
+	j.promise(now, ready.Sub(now))
 	j.waiters[r.Ticket] = w
 	return Answer{Accepted: true, ReadyAt: ready}
 }
@@ -267,7 +292,11 @@ func (q *Queue) insert(now time.Time, j *Job) {
 func (q *Queue) ReadyAt(now time.Time, j *Job) time.Time {
 	t := now
 	if r := q.running; r != nil {
-		if end := q.startedAt.Add(r.Prediction.Cost); end.After(t) {
+		end := q.startedAt.Add(r.Prediction.Cost)
+		if q.failed {
+			end = q.heldUntil
+		}
+		if end.After(t) {
 			t = end
 		}
 		if r == j {
@@ -397,10 +426,11 @@ func (q *Queue) Finish(j *Job) bool {
 	return true
 }
 
-// Fail marks j, the running admission, failed: it keeps the gate, but nothing joins it any more.
-func (q *Queue) Fail(j *Job) {
+// Fail marks j, the running admission, failed: it keeps the gate until Finish, at the latest
+// until (the unknown outcome's hold), and nothing joins it any more.
+func (q *Queue) Fail(j *Job, until time.Time) {
 	if q.running == j {
-		q.failed = true
+		q.failed, q.heldUntil = true, until
 	}
 }
 

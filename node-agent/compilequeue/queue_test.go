@@ -327,7 +327,7 @@ func TestARequestNeverJoinsAFailedAdmissionThatStillHoldsTheGate(t *testing.T) {
 	q := New(NewCostModel())
 	mustAccept(t, q.Submit(t0, req(1, 128)))
 	failed := electAndRun(t, q, t0.Add(StartHold))
-	q.Fail(failed) // its worker's exit is not confirmed yet
+	q.Fail(failed, t0.Add(time.Minute)) // its worker's exit is not confirmed yet
 	mustAccept(t, q.Submit(t0.Add(time.Second), req(2, 128)))
 	if j := q.Find("w1", Shape{"gte", 128}); j == nil || j == failed {
 		t.Fatal("the retry joined the failed admission")
@@ -345,7 +345,7 @@ func TestFinishFreesTheGateOnlyForTheJobThatHoldsIt(t *testing.T) {
 	q := New(NewCostModel())
 	mustAccept(t, q.Submit(t0, req(1, 128)))
 	first := electAndRun(t, q, t0.Add(StartHold))
-	q.Fail(first)
+	q.Fail(first, t0.Add(time.Minute))
 	if !q.Finish(first) {
 		t.Fatal("the job holding the gate did not free it")
 	}

@@ -65,7 +65,7 @@ func (c *Core) admitted(in Admitted) {
 	}
 	var sh *shape
 	for _, s := range m.shapes {
-		if s.state == admitting && s.job != nil && s.job.ID == in.Job {
+		if s.state == admitting && !s.unknownOutcome && s.job != nil && s.job.ID == in.Job {
 			sh = s
 		}
 	}
@@ -92,14 +92,15 @@ func (c *Core) admitted(in Admitted) {
 		c.admissionRefused(m, sh.rung, j, we)
 	default:
 		// Unknown outcome: the gate and the charge stay held until the old process's exit is
-		// confirmed; the gate for at most UnknownOutcomeGateHold after the restart began.
-		c.queue.Fail(j)
+		// confirmed; the gate for at most UnknownOutcomeGateHold after the restart began. The
+		// shape remembers that its outcome came, so a repeated report changes nothing.
+		sh.unknownOutcome = true
 		c.answerJob(j, func(w *waiter) error {
 			return refusal.New(refusal.EngineCrashed, lane, "worker generation %d failed while admitting rung %d: %v", in.Gen.N, sh.rung, in.Err)
 		})
 		c.prewarmEnded(m, j, false, "Cancelled")
 		c.fault(m, in.Gen, fmt.Errorf("admitting rung %d: %w", sh.rung, in.Err))
-		c.hold = &gateHold{job: j, gen: in.Gen, until: c.holdUntil(m)}
+		c.holdGate(j, in.Gen, c.holdUntil(m), false)
 	}
 }
 

@@ -74,6 +74,17 @@ type Cell struct {
 	Rung int
 	Gen  *Gen
 	load uint64
+	// probeLeased: the core holds a lease of its own on the cell for a placement probe. Only the
+	// owner reads or writes it: the first Probed gives that lease back, a repeated one nothing.
+	probeLeased bool
+}
+
+// releaseProbe gives back the probe's own lease, once however often its outcome is reported.
+func (c *Cell) releaseProbe() {
+	if c.probeLeased {
+		c.probeLeased = false
+		c.Release()
+	}
 }
 
 // lease takes one lease unless a flag in mask is set or the generation faulted. It reports

@@ -235,7 +235,7 @@ func (c *Core) stepStopped(in Input) {
 			c.emit(Observed{ID: in.ID, Err: err})
 		}
 	case Probed:
-		in.Cell.Release()
+		in.Cell.releaseProbe()
 	}
 }
 

@@ -190,7 +190,7 @@ func (c *Core) evicted(in Evicted) {
 		return // the exit was confirmed first: it refunded the shape and unparked its retry
 	}
 	sh := m.shapeByLoad(in.Load)
-	if sh == nil || sh.state != evicting {
+	if sh == nil || sh.state != evicting || sh.unknownOutcome {
 		return
 	}
 	m.busy--
@@ -216,6 +216,7 @@ func (c *Core) evicted(in Evicted) {
 		}
 	default:
 		// The outcome is unknown: the charge stays until the old process's exit is confirmed.
+		sh.unknownOutcome = true
 		c.fault(m, in.Gen, in.Err)
 	}
 }

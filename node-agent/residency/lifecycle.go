@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
 	"github.com/ck-synapse/synapse-fleet/node-agent/refusal"
 )
 
@@ -70,6 +71,7 @@ func (c *Core) spawned(in Spawned) {
 			backoff := time.Second << min(m.spawnFailures-1, 6)
 			m.spawnRetryAt = c.now.Add(backoff)
 			c.log.Error(in.Err, "starting a replacement worker failed; retrying", "lane", lane, "generation", in.Gen.N, "retryIn", backoff)
+			c.failQueued(m, in.Err)
 		}
 		return
 	}
@@ -97,6 +99,22 @@ func (c *Core) spawned(in Spawned) {
 	m.restarts++
 	c.counts.Restarts++
 	c.log.Info("replacement worker connected", "lane", lane, "generation", in.Gen.N)
+}
+
+// failQueued answers the requests queued for m's next worker, whose start just failed: as
+// route answers every new one, they fail loudly now rather than wait to their bound for a
+// worker that may never come. The jobs stay queued for the promises they made, and run if a
+// replacement starts in time.
+func (c *Core) failQueued(m *model, err error) {
+	for _, j := range c.queue.Queued() {
+		if j.Owner != m.owner() {
+			continue
+		}
+		c.answerJob(j, func(w *waiter) error {
+			return refusal.New(refusal.BackendUnavailable, w.Lane, "worker generation %d is dead and its replacement failed to start (%v); the next attempt is at %s, and the request is not sent elsewhere",
+				m.genN(), err, m.spawnRetryAt.UTC().Format(time.RFC3339))
+		})
+	}
 }
 
 // fault starts the confirmed-exit recovery of generation g after an I/O error, a malformed
@@ -173,8 +191,7 @@ func (c *Core) exited(in Exited) {
 			})
 			c.prewarmEnded(m, sh.job, false, "Cancelled")
 			if c.queue.Running() == sh.job {
-				c.queue.Fail(sh.job)
-				c.hold = &gateHold{job: sh.job, gen: in.Gen, until: c.holdUntil(m), outstanding: true}
+				c.holdGate(sh.job, in.Gen, c.holdUntil(m), true)
 			}
 		}
 		c.refund(m, sh)
@@ -263,6 +280,14 @@ func (c *Core) gone(m *model, why error) {
 		c.emit(Retired{Lane: lane})
 		c.log.Info("lane retired; worker exit confirmed and reservations refunded", "lane", lane)
 	}
+}
+
+// holdGate keeps the compile gate for j, an admission of unknown outcome, until gen's exit is
+// confirmed (or, if outstanding, until j's call returns), at the latest until: the queue
+// predicts the gate busy until then.
+func (c *Core) holdGate(j *compilequeue.Job, gen *Gen, until time.Time, outstanding bool) {
+	c.queue.Fail(j, until)
+	c.hold = &gateHold{job: j, gen: gen, until: until, outstanding: outstanding}
 }
 
 // holdUntil is when an unknown outcome of m's current generation stops holding the gate:

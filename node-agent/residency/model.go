@@ -158,6 +158,10 @@ type shape struct {
 	// acknowledged (the device refused it for resources).
 	unpark *compilequeue.Job
 	probe  probeState
+	// unknownOutcome: its admission or eviction was reported with an unknown outcome. Its
+	// charge stays until the process's exit is confirmed, and a repeated report of that
+	// outcome changes nothing.
+	unknownOutcome bool
 }
 
 // cohort is the closed set of tickets that joined an admission while it ran. Until every

@@ -35,6 +35,7 @@ func (c *Core) waitForProbe(w *waiter, m *model, sh *shape) {
 		// The generation faulted and the core has not heard yet: the recovery answers w.
 		return
 	}
+	sh.cell.probeLeased = true
 	sh.probe.running = true
 	m.busy++
 	c.emit(ProbeShape{Gen: m.gen, Load: sh.load, Rung: sh.rung, Cell: sh.cell, Judge: m.spec.Probe})
@@ -44,7 +45,7 @@ func (c *Core) waitForProbe(w *waiter, m *model, sh *shape) {
 // lease, a failure refuses them and every later request on this load, and a probe that could not
 // measure fails them (a fault also recovers the worker, whose replacement probes afresh).
 func (c *Core) probed(in Probed) {
-	in.Cell.Release()
+	in.Cell.releaseProbe()
 	m := c.current(in.Gen)
 	if m == nil {
 		return // the exit was confirmed first: its requests were answered then

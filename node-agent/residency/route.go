@@ -97,7 +97,7 @@ func (c *Core) route(w *waiter) {
 		Layers: m.spec.Layers, Cached: m.cached[w.Rung], Deadline: w.Deadline, Bound: m.spec.AdmissionBound, Since: w.Since,
 	})
 	if !a.Accepted {
-		c.answer(w, Answer{Err: &refusal.Error{Code: refusal.ShapeCompiling, Lane: w.Lane, RetryAfter: retryAfter(a.RetryAfter),
+		c.answer(w, Answer{Err: &refusal.Error{Code: refusal.ShapeCompiling, Lane: w.Lane, RetryAfter: a.RetryAfter,
 			Message: "rung is predicted ready only after the request's deadline or admission bound; its compile stays queued"}})
 		return
 	}

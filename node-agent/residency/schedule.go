@@ -165,7 +165,7 @@ func (c *Core) refuseQueued(refused []compilequeue.Refusal) {
 			c.refuse(w, refusal.DeadlineExceeded, "the request's deadline passed before rung %d was ready", w.Rung)
 			continue
 		}
-		c.answer(w, Answer{Err: &refusal.Error{Code: refusal.ShapeCompiling, Lane: w.Lane, RetryAfter: retryAfter(r.RetryAfter),
+		c.answer(w, Answer{Err: &refusal.Error{Code: refusal.ShapeCompiling, Lane: w.Lane, RetryAfter: r.RetryAfter,
 			Message: "rung is predicted ready only after the request's admission bound; its compile stays queued"}})
 	}
 }

@@ -33,13 +33,10 @@ const (
 	// UnknownOutcomeGateHold bounds how long an admission of unknown outcome holds the compile
 	// gate after its worker's restart began, if the old process's exit is not confirmed.
 	UnknownOutcomeGateHold = 35 * time.Second
-	// MinRetryAfter is the least retry time a shape_compiling answer gives: an admission that
-	// runs past its prediction is predicted ready "now", and a client told to retry at once
-	// would only find it still compiling.
-	MinRetryAfter = time.Second
+	// MinRetryAfter is the least retry time a shape_compiling answer gives (the queue's, which
+	// keeps the compile for twice what it told).
+	MinRetryAfter = compilequeue.MinRetryAfter
 )
-
-func retryAfter(predicted time.Duration) time.Duration { return max(predicted, MinRetryAfter) }
 
 // Ticket identifies one slow-path request.
 type Ticket = compilequeue.Ticket

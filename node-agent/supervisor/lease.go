@@ -132,7 +132,13 @@ func (s *Supervisor) Acquire(ctx context.Context, lane string, rung int, deadlin
 // probed in its current load; it never loads anything. It reports whether the rung is
 // resident and probed, and the probe's refusal if it failed.
 func (s *Supervisor) ProbeResident(ctx context.Context, lane string, rung int) (bool, error) {
-	switch resident, probed := s.view.Load().Probed(lane, rung); {
+	v := s.view.Load()
+	if err := v.Stopped(); err != nil {
+		// A stopped core's view holds no lanes: "not resident" would be a lie about a
+		// scheduler that is gone.
+		return false, refusal.New(refusal.EngineCrashed, lane, "the compile scheduler stopped: %v", err)
+	}
+	switch resident, probed := v.Probed(lane, rung); {
 	case !resident:
 		return false, nil
 	case probed:
@@ -173,14 +179,24 @@ func (s *Supervisor) wait(ctx context.Context, acq residency.Acquire) (residency
 			s.send(context.Background(), input{in: residency.Leave{Ticket: acq.Ticket}, req: req})
 			return residency.Answer{}, s.gaveUp(ctx, acq)
 		case <-s.done:
-			select {
-			case a := <-req.reply:
-				return a, nil
-			default:
-				return residency.Answer{}, refusal.New(refusal.EngineCrashed, acq.Lane, "the compile scheduler stopped: %v", s.stopped())
-			}
+			return s.answerAfterStop(req, acq)
 		}
 	}
+}
+
+// answerAfterStop is a waiting request's answer once the owner has stopped: the answer it left
+// for the request if it is final, otherwise the stop. A handoff answered just before the stop
+// is not final (its lease was never granted): returning it would hand the caller a Lease with
+// no shape and no error.
+func (s *Supervisor) answerAfterStop(req *request, acq residency.Acquire) (residency.Answer, error) {
+	select {
+	case a := <-req.reply:
+		if !a.Handoff {
+			return a, nil
+		}
+	default:
+	}
+	return residency.Answer{}, refusal.New(refusal.EngineCrashed, acq.Lane, "the compile scheduler stopped: %v", s.stopped())
 }
 
 // gaveUp is the answer of a request that stopped waiting: a deadline refusal once its deadline

@@ -519,3 +519,36 @@ func TestASecondLoadOfALaneBeingLoadedIsRefusedAndTheFirstKeepsItsAnswer(t *test
 		t.Fatalf("the first load: %v", err)
 	}
 }
+
+// TestAHandoffAnsweredJustBeforeTheOwnerStopsIsNeverALease: a request whose handoff answer
+// the owner sent just before it stopped finds both its reply and the stop ready at once. The
+// handoff is not a lease: it must be answered with the stop, never returned as an answer with
+// no shape and no error (serving would dereference the missing shape).
+func TestAHandoffAnsweredJustBeforeTheOwnerStopsIsNeverALease(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	s := New(Config{Clock: clk, Spawner: fakeworker.New(clk), Log: testr.New(t)})
+	s.abort(errors.New("scheduler bug"))
+	req := &request{ticket: 7, lane: "a", reply: make(chan residency.Answer, 1)}
+	req.reply <- residency.Answer{Ticket: 7, Lane: "a", Handoff: true}
+	a, err := s.answerAfterStop(req, residency.Acquire{Ticket: 7, Lane: "a", Rung: 128, Member: true})
+	if refusal.CodeOf(err) != refusal.EngineCrashed || a.Cell != nil {
+		t.Fatalf("a handoff left before the stop was answered %+v, %v; want engine_crashed", a, err)
+	}
+	// A final answer left before the stop is still delivered as it was.
+	req.reply <- residency.Answer{Ticket: 7, Lane: "a", Err: refusal.New(refusal.ShapeCompiling, "a", "later")}
+	if a, err := s.answerAfterStop(req, residency.Acquire{Ticket: 7, Lane: "a"}); err != nil || refusal.CodeOf(a.Err) != refusal.ShapeCompiling {
+		t.Fatalf("a final answer left before the stop became %+v, %v", a, err)
+	}
+}
+
+// TestProbeResidentAfterTheOwnerStopsAnswersTheStop: a stopped core's view holds no lanes, which
+// must not read as "not resident".
+func TestProbeResidentAfterTheOwnerStopsAnswersTheStop(t *testing.T) {
+	clk := clocktesting.NewFakeClock(epoch)
+	s := New(Config{Clock: clk, Spawner: fakeworker.New(clk), Log: testr.New(t)})
+	s.abort(errors.New("scheduler bug"))
+	resident, err := s.ProbeResident(context.Background(), "a", 128)
+	if resident || refusal.CodeOf(err) != refusal.EngineCrashed {
+		t.Fatalf("ProbeResident after the stop: %v, %v; want engine_crashed", resident, err)
+	}
+}
