@@ -17,6 +17,7 @@ limitations under the License.
 package compilequeue
 
 import (
+	"fmt"
 	"slices"
 	"time"
 )
@@ -139,7 +140,11 @@ type Job struct {
 
 	// parked: the job waits at the head of the queue for an eviction it asked for to be
 	// acknowledged (its admission was refused for resources); it is elected once unparked.
-	parked  bool
+	parked bool
+	// protecting: insert placed the job behind a queued job with a later start key, because
+	// going first would have made one of that job's accepted requests miss its limit. It is
+	// the one reason CheckOrder accepts for a job to wait behind a later key.
+	protecting bool
 	waiters map[Ticket]waiter
 	// The last promise made to a request, accepted or refused: the delay and when it was
 	// made. A job nobody waits for is dropped after twice that delay.
@@ -269,6 +274,7 @@ func (q *Queue) insert(now time.Time, j *Job) {
 			break
 		}
 	}
+	natural := pos
 	for i := pos; i < len(q.queued); i++ {
 		other := q.queued[i]
 		// other's predicted ready time if j goes first: its current prediction plus j's cost.
@@ -283,8 +289,35 @@ func (q *Queue) insert(now time.Time, j *Job) {
 			}
 		}
 	}
+	j.protecting = pos > natural
 	q.queued = slices.Insert(q.queued, pos, j)
 }
+
+// CheckOrder checks the queue's order against the seed's rule, for the invariant checks: queued
+// jobs start in order of their start key, except a job put back at the head (retried after a
+// resource refusal, or recycled with its worker), and a job that insert placed behind a later
+// key to protect an accepted request's bound.
+func (q *Queue) CheckOrder() error {
+	putBack := func(j *Job) bool { return j.parked || j.Retried || j.Recycled }
+	for k, j := range q.queued {
+		if putBack(j) || j.protecting {
+			continue
+		}
+		for _, ahead := range q.queued[:k] {
+			if !putBack(ahead) && j.StartKey().Before(ahead.StartKey()) {
+				return fmt.Errorf("%s/%d (start key %s) waits behind %s/%d (start key %s), and no accepted request's bound asks it to",
+					j.Owner, j.Shape.Rung, j.StartKey().Format(time.RFC3339Nano), ahead.Owner, ahead.Shape.Rung, ahead.StartKey().Format(time.RFC3339Nano))
+			}
+		}
+	}
+	return nil
+}
+
+// StartedAt is when the running job took the gate.
+func (q *Queue) StartedAt() time.Time { return q.startedAt }
+
+// HeldUntil is, while a failed admission holds the gate, when its hold ends at the latest.
+func (q *Queue) HeldUntil() time.Time { return q.heldUntil }
 
 // ReadyAt predicts when job j's shape is resident: after the running job and every job ahead
 // of it that can be elected, then its own cost. Jobs of recovering workers are not elected and

@@ -86,6 +86,8 @@ func (c *Core) driveObservation() {
 		return
 	}
 	c.obs = c.obs[1:]
+	// The barrier lifted: admissions and evictions it held back this pass may go now.
+	c.soon(c.now)
 	c.emit(Observed{ID: o.id, Observation: certify.Observation{Workers: o.workers, AdmittedShapes: o.count}})
 	c.driveObservation()
 }

@@ -203,3 +203,22 @@ func TestALateOrRepeatedOutcomeReportChangesNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestAnAdmissionHeldBackByAnObservationStartsWhenItEnds: a certify observation holds every
+// admission back while the workers' inventories are asked. When the last inventory ends it,
+// the queue's head must start (or the core ask to be stepped at once), not wait for some
+// unrelated event. The simulator found it waiting.
+func TestAnAdmissionHeldBackByAnObservationStartsWhenItEnds(t *testing.T) {
+	d := newDriver(t, 100)
+	a := d.load(spec("a"))
+	d.step(Observe{ID: 1})
+	inv := take(d, "Inventory a", func(i Inventory) bool { return i.Gen == a })
+	d.acquire("a", 128, time.Time{})
+	d.advance(time.Second)
+	none(d, "an admission during the observation", func(Admit) bool { return true })
+	d.step(Inventoried{Observation: inv.Observation, Gen: a, Rungs: []int{}})
+	take(d, "Observed 1", func(o Observed) bool { return o.ID == 1 })
+	if next := d.c.Ready().Next; next.IsZero() || next.After(d.now) {
+		t.Fatalf("the observation ended, but the core did not ask to be stepped again at once for a's admission (next %v)", next)
+	}
+}
