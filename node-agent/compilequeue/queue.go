@@ -109,9 +109,14 @@ func refuse(now time.Time, j *Job, t Ticket, w waiter, ready time.Time) Refusal 
 // delay.
 func retryAfter(delay time.Duration) time.Duration { return max(delay, MinRetryAfter) }
 
-// promise records delay, told to a request now, as the job's last promise and returns it.
+// promise records delay, told to a request now, as the job's last promise and returns it. The
+// job is kept for twice that, and never for less than an earlier promise kept it: a later,
+// shorter prediction (an acceptance once the queue sped up) does not take back what an
+// earlier answer told a client that was sent away to retry.
 func (j *Job) promise(now time.Time, delay time.Duration) time.Duration {
-	j.promised, j.promisedAt = delay, now
+	if at := now.Add(2 * delay); at.After(j.dropAt) {
+		j.dropAt = at
+	}
 	return delay
 }
 
@@ -145,11 +150,11 @@ type Job struct {
 	// going first would have made one of that job's accepted requests miss its limit. It is
 	// the one reason CheckOrder accepts for a job to wait behind a later key.
 	protecting bool
-	waiters map[Ticket]waiter
-	// The last promise made to a request, accepted or refused: the delay and when it was
-	// made. A job nobody waits for is dropped after twice that delay.
-	promised   time.Duration
-	promisedAt time.Time
+	waiters    map[Ticket]waiter
+	// dropAt is when the job is dropped if nobody waits for it: twice the delay of the last
+	// promise made to a request, accepted or refused, after it was made, and never earlier
+	// than an earlier promise said.
+	dropAt time.Time
 }
 
 // StartKey orders queued jobs: arrival plus predicted cost.
@@ -165,11 +170,9 @@ func (j *Job) Waiters() []Ticket {
 	return out
 }
 
-func (j *Job) dropAt() time.Time { return j.promisedAt.Add(2 * j.promised) }
-
 // DropAt is when the job is dropped if nobody waits for it: twice the delay last promised after
 // the promise was made.
-func (j *Job) DropAt() time.Time { return j.dropAt() }
+func (j *Job) DropAt() time.Time { return j.dropAt }
 
 // HasWaiter reports whether ticket t waits for j.
 func (j *Job) HasWaiter(t Ticket) bool {
@@ -547,8 +550,8 @@ func (q *Queue) Expire(now time.Time) (dropped []*Job, refused []Refusal, next t
 		if len(j.waiters) > 0 {
 			return false
 		}
-		if now.Before(j.dropAt()) {
-			soonest(j.dropAt())
+		if now.Before(j.dropAt) {
+			soonest(j.dropAt)
 			return false
 		}
 		dropped = append(dropped, j)

@@ -46,7 +46,7 @@ func (c *Core) admit(m *model, j *compilequeue.Job) {
 		Charge: sh.charge, Used: c.used})
 	m.admitting = &Progress{AdmissionProgress: AdmissionProgress{Rung: sh.rung, LayersTotal: j.Layers, Started: c.now,
 		PredictedDone: c.now.Add(j.Prediction.Cost)}}
-	c.emit(Admit{Gen: m.gen, Job: j.ID, Rung: sh.rung, Progress: m.admitting, RequestID: requestID, Ticket: ticket})
+	c.emit(Admit{Gen: m.gen, Job: j.ID, Load: sh.load, Rung: sh.rung, Progress: m.admitting, RequestID: requestID, Ticket: ticket})
 }
 
 // admitted applies an admission's outcome. An outcome of a generation whose exit was confirmed
@@ -65,7 +65,7 @@ func (c *Core) admitted(in Admitted) {
 	}
 	var sh *shape
 	for _, s := range m.shapes {
-		if s.state == admitting && !s.unknownOutcome && s.job != nil && s.job.ID == in.Job {
+		if s.state == admitting && !s.unknownOutcome && s.job != nil && s.job.ID == in.Job && s.load == in.Load {
 			sh = s
 		}
 	}

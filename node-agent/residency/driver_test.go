@@ -158,7 +158,7 @@ func (d *driver) lease(lane string, rung int) *Cell {
 		d.advance(50 * time.Millisecond)
 		d.ackEvictions()
 		adm := d.admit(lane, rung)
-		d.step(Admitted{Gen: adm.Gen, Job: adm.Job, Admission: counts(), Took: time.Second})
+		d.step(Admitted{Gen: adm.Gen, Job: adm.Job, Load: adm.Load, Admission: counts(), Took: time.Second})
 	}
 	d.t.Fatalf("ticket %d was never answered: %s", t, d.pending())
 	return nil

@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/compilequeue"
 )
 
 // Inspection is a copy of the core's state for tests and the simulator's failure reports.
@@ -28,10 +30,13 @@ type Inspection struct {
 	// Starved: resident traffic yields to a starved head: every lane's, or StarvedLane's only.
 	Starved     bool
 	StarvedLane string
-	// Running is the job holding the compile gate; Held says it failed and only holds it.
-	Running *JobInfo
-	Held    bool
-	Queued  []JobInfo
+	// Running is the job holding the compile gate; Held says it failed and only holds it, for
+	// generation HeldBy's unknown outcome, until HoldUntil at the latest.
+	Running   *JobInfo
+	Held      bool
+	HeldBy    *Gen
+	HoldUntil time.Time
+	Queued    []JobInfo
 	// Waiting counts the unanswered requests; Blocked those behind a starved head.
 	Waiting, Blocked int
 	Models           map[string]ModelInfo
@@ -39,11 +44,17 @@ type Inspection struct {
 
 // JobInfo is one queued or running admission.
 type JobInfo struct {
+	ID      uint64
 	Owner   string
 	Rung    int
 	Waiters []Ticket
 	Parked  bool
 	Retried bool
+	// Recycled: put back for its worker's replacement; Background: a prewarm admission.
+	Recycled, Background bool
+	// Arrival is when it was queued; DropAt when it is dropped if nobody waits for it (twice
+	// its last promise after the promise).
+	Arrival, DropAt time.Time
 	// Kind and Cost are the job's prediction: a compile or a load from aned's cache.
 	Kind string
 	Cost time.Duration
@@ -75,13 +86,15 @@ func (c *Core) Inspect() Inspection {
 	out := Inspection{Used: c.used, Budget: c.budget, Starved: c.starved, StarvedLane: c.starvedLane, Waiting: len(c.waiters), Blocked: len(c.blocked),
 		Models: map[string]ModelInfo{}}
 	if j := c.queue.Running(); j != nil {
-		out.Running = &JobInfo{Owner: j.Owner, Rung: j.Shape.Rung, Waiters: j.Waiters(), Retried: j.Retried,
-			Kind: j.Prediction.Kind.String(), Cost: j.Prediction.Cost}
+		ji := jobInfo(j)
+		out.Running = &ji
 		out.Held = c.queue.Failed()
+		if h := c.hold; h != nil {
+			out.HeldBy, out.HoldUntil = h.gen, h.until
+		}
 	}
 	for _, j := range c.queue.Queued() {
-		out.Queued = append(out.Queued, JobInfo{Owner: j.Owner, Rung: j.Shape.Rung, Waiters: j.Waiters(), Parked: j.Parked(), Retried: j.Retried,
-			Kind: j.Prediction.Kind.String(), Cost: j.Prediction.Cost})
+		out.Queued = append(out.Queued, jobInfo(j))
 	}
 	for _, lane := range c.lanes {
 		m := c.models[lane]
@@ -103,6 +116,25 @@ func (c *Core) Inspect() Inspection {
 		out.Models[lane] = mi
 	}
 	return out
+}
+
+func jobInfo(j *compilequeue.Job) JobInfo {
+	return JobInfo{ID: uint64(j.ID), Owner: j.Owner, Rung: j.Shape.Rung, Waiters: j.Waiters(), Parked: j.Parked(), Retried: j.Retried,
+		Recycled: j.Recycled, Background: j.Background, Arrival: j.Arrival, DropAt: j.DropAt(),
+		Kind: j.Prediction.Kind.String(), Cost: j.Prediction.Cost}
+}
+
+// Job returns the queued or running job admitting lane's rung, and false if there is none.
+func (i Inspection) Job(lane string, rung int) (JobInfo, bool) {
+	if r := i.Running; r != nil && !i.Held && r.Owner == lane && r.Rung == rung {
+		return *r, true
+	}
+	for _, j := range i.Queued {
+		if j.Owner == lane && j.Rung == rung {
+			return j, true
+		}
+	}
+	return JobInfo{}, false
 }
 
 // Shape returns lane's shape of rung, and false if it has none.

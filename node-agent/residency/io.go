@@ -93,6 +93,7 @@ type Spawned struct {
 type Admitted struct {
 	Gen       *Gen
 	Job       compilequeue.JobID
+	Load      uint64
 	Admission Admission
 	Took      time.Duration
 	Err       error
@@ -155,8 +156,12 @@ type Spawn struct {
 // Admit compiles or loads rung on generation Gen; Admitted reports it. Progress receives the
 // layers the worker reports done.
 type Admit struct {
-	Gen       *Gen
-	Job       compilequeue.JobID
+	Gen *Gen
+	Job compilequeue.JobID
+	// Load names this attempt: a job retried after a resource refusal is admitted again under
+	// a new load, so a late report of the first attempt never settles the retry. Admitted
+	// names it back.
+	Load      uint64
 	Rung      int
 	Progress  *Progress
 	RequestID string

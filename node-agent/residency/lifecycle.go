@@ -45,15 +45,18 @@ func (c *Core) load(spec ModelSpec) {
 func (c *Core) spawn(m *model) {
 	m.spawning = true
 	m.spawnRetryAt = time.Time{}
-	c.emit(Spawn{Gen: &Gen{Lane: m.spec.Lane, N: m.genN() + 1}, Spec: m.spec})
+	m.spawnGen = &Gen{Lane: m.spec.Lane, N: m.genN() + 1}
+	c.emit(Spawn{Gen: m.spawnGen, Spec: m.spec})
 }
 
 // spawned connects a started worker, unless the model is retiring: retirement is rechecked
 // here, and a worker started for a retiring model is closed without ever being connected.
 func (c *Core) spawned(in Spawned) {
 	m := c.models[in.Gen.Lane]
-	if m == nil || !m.spawning || in.Gen.N != m.genN()+1 {
-		return // no such spawn is in flight (it cannot happen: a model waits for its spawn)
+	if m == nil || !m.spawning || in.Gen != m.spawnGen {
+		// No such spawn is in flight: a late or repeated report of an earlier attempt (a retry
+		// after a failed start has the same number, never the same Gen).
+		return
 	}
 	m.spawning = false
 	first := m.gen == nil // LoadModel waits for this one

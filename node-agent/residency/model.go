@@ -52,8 +52,10 @@ type model struct {
 	gen *Gen
 	// exitedGen is the newest generation whose exit is confirmed.
 	exitedGen int64
-	// exiting: a ConfirmExit of gen is in flight. spawning: a Spawn of the next generation is.
+	// exiting: a ConfirmExit of gen is in flight. spawning: a Spawn of the next generation is,
+	// spawnGen.
 	exiting, spawning bool
+	spawnGen          *Gen
 	// spawnRetryAt is when a failed replacement spawn is tried again; spawnFailures counts
 	// consecutive failures for the backoff.
 	spawnRetryAt  time.Time

@@ -78,7 +78,7 @@ func TestPrewarmRunsOnlyWhileTheLaneIsQuiet(t *testing.T) {
 		d.advance(50 * time.Millisecond)
 		adm := d.admit("a", 128)
 		d.step(Prewarm{Lane: "a", Rungs: []int{256}})
-		d.step(Admitted{Gen: a, Job: adm.Job, Admission: counts(), Took: time.Second})
+		d.step(Admitted{Gen: a, Job: adm.Job, Load: adm.Load, Admission: counts(), Took: time.Second})
 		if !d.answer(tk).Handoff {
 			t.Fatal("no handoff")
 		}

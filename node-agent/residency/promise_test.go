@@ -111,7 +111,7 @@ func TestARequestDuringAnUnknownOutcomeHoldIsPredictedAfterTheHold(t *testing.T)
 	d.acquire("a", 128, time.Time{})
 	d.advance(50 * time.Millisecond)
 	adm := d.admit("a", 128)
-	d.step(Admitted{Gen: a, Job: adm.Job, Err: errBrokenPipe})
+	d.step(Admitted{Gen: a, Job: adm.Job, Load: adm.Load, Err: errBrokenPipe})
 	take(d, "ConfirmExit a", func(c ConfirmExit) bool { return c.Gen == a })
 	tb := d.acquire("b", 128, d.now.Add(20*time.Second))
 	if retry := shapeCompiling(t, d.answer(tb)); retry < UnknownOutcomeGateHold {
@@ -148,7 +148,7 @@ func TestALateOrRepeatedOutcomeReportChangesNothing(t *testing.T) {
 		ta := d.acquire("a", 128, time.Time{})
 		d.advance(50 * time.Millisecond)
 		adm := d.admit("a", 128)
-		d.step(Admitted{Gen: adm.Gen, Job: adm.Job, Admission: counts(), Took: time.Second})
+		d.step(Admitted{Gen: adm.Gen, Job: adm.Job, Load: adm.Load, Admission: counts(), Took: time.Second})
 		if !d.answer(ta).Handoff {
 			t.Fatal("no handoff")
 		}
@@ -172,11 +172,11 @@ func TestALateOrRepeatedOutcomeReportChangesNothing(t *testing.T) {
 		d.acquire("a", 128, time.Time{})
 		d.advance(50 * time.Millisecond)
 		adm := d.admit("a", 128)
-		failed := Admitted{Gen: a, Job: adm.Job, Err: errBrokenPipe}
+		failed := Admitted{Gen: a, Job: adm.Job, Load: adm.Load, Err: errBrokenPipe}
 		d.step(failed)
 		d.step(failed)
 		// Its success, reported late, must not free the gate the unknown outcome holds.
-		d.step(Admitted{Gen: a, Job: adm.Job, Admission: counts(), Took: time.Second})
+		d.step(Admitted{Gen: a, Job: adm.Job, Load: adm.Load, Admission: counts(), Took: time.Second})
 		if i := d.c.Inspect(); i.Running == nil || !i.Held || i.Used != 22 {
 			t.Fatalf("after repeated reports the gate is %+v (held %v) with %d charged; want held by a's failed admission, 22 charged", i.Running, i.Held, i.Used)
 		}
@@ -221,4 +221,53 @@ func TestAnAdmissionHeldBackByAnObservationStartsWhenItEnds(t *testing.T) {
 	if next := d.c.Ready().Next; next.IsZero() || next.After(d.now) {
 		t.Fatalf("the observation ended, but the core did not ask to be stepped again at once for a's admission (next %v)", next)
 	}
+}
+
+// TestALateReportOfAnEarlierAttemptNeverSettlesItsRetry: the simulator's repeated reports found
+// two outcomes of a first attempt taken for its retry's. A resource refusal repeated while the
+// retried admission (the same job) is on the wire refunded the retry's charge, and the retry's
+// success then left programs on the device uncharged; a failed start repeated while the
+// replacement's next start is in flight (the same generation number) failed that start, and
+// its worker was never connected.
+func TestALateReportOfAnEarlierAttemptNeverSettlesItsRetry(t *testing.T) {
+	t.Run("an admission retried after a resource refusal", func(t *testing.T) {
+		d := newDriver(t, 66)
+		a := d.load(spec("a"))
+		b := d.load(spec("b"))
+		d.release(d.lease("a", 128), nil)
+		d.acquire("b", 128, time.Time{})
+		d.advance(50 * time.Millisecond)
+		first := d.admit("b", 128)
+		refused := Admitted{Gen: b, Job: first.Job, Load: first.Load, Err: &WorkerError{Code: string(refusal.ResourcesExhausted), Message: "0x20004"}}
+		d.step(refused)
+		ev := take(d, "the eviction for the retry", func(e Evict) bool { return e.Gen == a })
+		d.step(Evicted{Gen: a, Load: ev.Load})
+		d.advance(time.Millisecond)
+		retry := d.admit("b", 128)
+		d.step(refused) // the first attempt's refusal, delivered again
+		if used := d.c.Used(); used != 22 {
+			t.Fatalf("%d executables charged while the retry is on the wire, want its 22", used)
+		}
+		d.step(Admitted{Gen: b, Job: retry.Job, Load: retry.Load, Admission: counts(), Took: time.Second})
+		if sh, ok := d.c.Inspect().Shape("b", 128); !ok || sh.State != "resident" {
+			t.Fatalf("the retry's success left b/128 %+v, want it resident and charged", sh)
+		}
+	})
+	t.Run("a replacement started again after a failed start", func(t *testing.T) {
+		d := newDriver(t, 100)
+		a := d.load(spec("a"))
+		d.release(d.lease("a", 128), errBrokenPipe)
+		take(d, "ConfirmExit a", func(c ConfirmExit) bool { return c.Gen == a })
+		d.step(Exited{Gen: a})
+		sp := take(d, "Spawn a#2", func(s Spawn) bool { return s.Gen.N == 2 })
+		failed := Spawned{Gen: sp.Gen, Err: errors.New("exec: the worker did not start")}
+		d.step(failed)
+		d.advance(time.Second) // the backoff: a#2 is started again
+		again := take(d, "Spawn a#2 again", func(s Spawn) bool { return s.Gen.N == 2 })
+		d.step(failed) // the first start's failure, delivered again
+		d.step(Spawned{Gen: again.Gen, Conn: "a2"})
+		if m := d.c.Inspect().Models["a"]; m.State != "running" || m.Gen != 2 {
+			t.Fatalf("a is %s at generation %d, want its second start of generation 2 running", m.State, m.Gen)
+		}
+	})
 }

@@ -37,7 +37,7 @@ func TestAnExpiredUnknownOutcomeHoldIsNotFreedAgainWhenTheExitIsConfirmed(t *tes
 	d.advance(50 * time.Millisecond)
 	adm := d.admit("a", 128)
 	// a's admission fails with an unknown outcome: it holds the gate; a's exit is confirmed late.
-	d.step(Admitted{Gen: a, Job: adm.Job, Err: errBrokenPipe})
+	d.step(Admitted{Gen: a, Job: adm.Job, Load: adm.Load, Err: errBrokenPipe})
 	if code(d.answer(ta).Err) != refusal.EngineCrashed {
 		t.Fatal("the failed admission's request was not answered engine_crashed")
 	}
@@ -78,7 +78,7 @@ func TestAnAdmissionResultAfterItsWorkersConfirmedExitIsDiscarded(t *testing.T) 
 			if used := d.c.Used(); used != 44 {
 				t.Fatalf("charged %d before the exit is confirmed, want 44", used)
 			}
-			result := Admitted{Gen: a, Job: adm.Job, Admission: counts(), Took: time.Second}
+			result := Admitted{Gen: a, Job: adm.Job, Load: adm.Load, Admission: counts(), Took: time.Second}
 			if order == "result first" {
 				result.Err = errBrokenPipe // the closed channel fails the admission
 				d.step(result)
@@ -119,7 +119,7 @@ func TestAResourceRetryWhoseShapeBecameResidentDoesNotWedgeTheQueue(t *testing.T
 		first := d.acquire("b", 128, time.Time{})
 		d.advance(50 * time.Millisecond)
 		adm := d.admit("b", 128)
-		d.step(Admitted{Gen: b, Job: adm.Job, Err: &WorkerError{Code: string(refusal.ResourcesExhausted), Message: "0x20004"}})
+		d.step(Admitted{Gen: b, Job: adm.Job, Load: adm.Load, Err: &WorkerError{Code: string(refusal.ResourcesExhausted), Message: "0x20004"}})
 		ev := take(d, "the eviction for the retry", func(e Evict) bool { return e.Gen == a && e.Rung == 128 })
 		return d, a, b, first, ev
 	}
@@ -136,7 +136,7 @@ func TestAResourceRetryWhoseShapeBecameResidentDoesNotWedgeTheQueue(t *testing.T
 		d.step(Evicted{Gen: a, Load: ev.Load})
 		d.advance(time.Millisecond)
 		retry := d.admit("b", 128)
-		d.step(Admitted{Gen: b, Job: retry.Job, Admission: counts(), Took: time.Second})
+		d.step(Admitted{Gen: b, Job: retry.Job, Load: retry.Load, Admission: counts(), Took: time.Second})
 		for _, tk := range []Ticket{first, second} {
 			if !d.answer(tk).Handoff {
 				t.Fatalf("ticket %d was not handed the shape", tk)
@@ -183,7 +183,7 @@ func TestRequestsJoinedToAPrewarmAreAnsweredWhenItIsRecycledOrRefused(t *testing
 
 	t.Run("recycled", func(t *testing.T) {
 		d, a, _, pre, joined := setup(t)
-		d.step(Admitted{Gen: a, Job: pre.Job, Err: &WorkerError{Code: protocol.CodeRecycle, Message: "no compiles left"}})
+		d.step(Admitted{Gen: a, Job: pre.Job, Load: pre.Load, Err: &WorkerError{Code: protocol.CodeRecycle, Message: "no compiles left"}})
 		take(d, "ConfirmExit a", func(c ConfirmExit) bool { return c.Gen == a })
 		none(d, "an answer before the replacement ran the admission", func(Answer) bool { return true })
 		d.step(Exited{Gen: a})
@@ -191,7 +191,7 @@ func TestRequestsJoinedToAPrewarmAreAnsweredWhenItIsRecycledOrRefused(t *testing
 		d.step(Spawned{Gen: sp.Gen, Conn: "a2"})
 		d.advance(50 * time.Millisecond)
 		again := d.admit("a", 128)
-		d.step(Admitted{Gen: sp.Gen, Job: again.Job, Admission: counts(), Took: time.Second})
+		d.step(Admitted{Gen: sp.Gen, Job: again.Job, Load: again.Load, Admission: counts(), Took: time.Second})
 		if !d.answer(joined).Handoff {
 			t.Fatal("the joined request was not handed the shape the replacement admitted")
 		}
@@ -199,7 +199,7 @@ func TestRequestsJoinedToAPrewarmAreAnsweredWhenItIsRecycledOrRefused(t *testing
 
 	t.Run("refused for resources", func(t *testing.T) {
 		d, a, b, pre, joined := setup(t)
-		d.step(Admitted{Gen: a, Job: pre.Job, Err: &WorkerError{Code: string(refusal.ResourcesExhausted), Message: "full"}})
+		d.step(Admitted{Gen: a, Job: pre.Job, Load: pre.Load, Err: &WorkerError{Code: string(refusal.ResourcesExhausted), Message: "full"}})
 		// A request waits: the device is made room for and the admission retried, as for any
 		// admission a request waits for.
 		ev := take(d, "the eviction for the retry", func(e Evict) bool { return e.Gen == b })
@@ -207,7 +207,7 @@ func TestRequestsJoinedToAPrewarmAreAnsweredWhenItIsRecycledOrRefused(t *testing
 		d.step(Evicted{Gen: b, Load: ev.Load})
 		d.advance(time.Millisecond)
 		retry := d.admit("a", 128)
-		d.step(Admitted{Gen: a, Job: retry.Job, Admission: counts(), Took: time.Second})
+		d.step(Admitted{Gen: a, Job: retry.Job, Load: retry.Load, Admission: counts(), Took: time.Second})
 		if !d.answer(joined).Handoff {
 			t.Fatal("the joined request was not served by the retry")
 		}
@@ -215,7 +215,7 @@ func TestRequestsJoinedToAPrewarmAreAnsweredWhenItIsRecycledOrRefused(t *testing
 
 	t.Run("refused", func(t *testing.T) {
 		d, a, _, pre, joined := setup(t)
-		d.step(Admitted{Gen: a, Job: pre.Job, Err: &WorkerError{Code: "compile_failed", Message: "ANECCompile() FAILED"}})
+		d.step(Admitted{Gen: a, Job: pre.Job, Load: pre.Load, Err: &WorkerError{Code: "compile_failed", Message: "ANECCompile() FAILED"}})
 		if code(d.answer(joined).Err) != refusal.WorkerRefused {
 			t.Fatal("the joined request was not answered worker_refused")
 		}
@@ -265,7 +265,7 @@ func TestARungFromAWorkerThatSendsNoCountsIsAlwaysPredictedAsACompile(t *testing
 			first := d.acquire("a", 128, time.Time{})
 			d.advance(50 * time.Millisecond)
 			adm := d.admit("a", 128)
-			d.step(Admitted{Gen: a, Job: adm.Job, Admission: tc.adm, Took: 8 * time.Second})
+			d.step(Admitted{Gen: a, Job: adm.Job, Load: adm.Load, Admission: tc.adm, Took: 8 * time.Second})
 			if !d.answer(first).Handoff {
 				t.Fatal("no handoff")
 			}

@@ -61,7 +61,7 @@ func (s *Supervisor) admit(fx residency.Admit) {
 	if !rpcStart.IsZero() {
 		took = s.clk.Now().Sub(rpcStart)
 	}
-	s.report(residency.Admitted{Gen: fx.Gen, Job: fx.Job, Admission: got, Took: took, Err: err})
+	s.report(residency.Admitted{Gen: fx.Gen, Job: fx.Job, Load: fx.Load, Admission: got, Took: took, Err: err})
 }
 
 func (s *Supervisor) evict(fx residency.Evict) {

@@ -33,6 +33,8 @@ func (s *sim) check() {
 		return
 	}
 	insp := s.core.Inspect()
+	s.checkPromises(insp)
+	s.checkHold(insp)
 	if insp.Used > s.budget {
 		s.violate("charged %d executables, over the budget of %d", insp.Used, s.budget)
 	}
@@ -130,6 +132,11 @@ func (s *sim) endChecks() {
 	for c, n := range s.leases {
 		if n != 0 {
 			s.violate("%d leases of %s#%d/%d were never released", n, c.Lane, c.Gen.N, c.Rung)
+		}
+	}
+	for id := range s.obsOpen {
+		if !s.obsWithdrawn[id] {
+			s.violate("observation %d was never answered", id)
 		}
 	}
 	if s.aborted {

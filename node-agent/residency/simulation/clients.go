@@ -43,6 +43,8 @@ type req struct {
 	// held is the lease it holds, until released.
 	held     *residency.Cell
 	canceled bool
+	// settled: it arrived once faults were over and their traces gone (see settled).
+	settled bool
 }
 
 type clients struct {
@@ -52,11 +54,14 @@ type clients struct {
 	leases  map[*residency.Cell]int
 	obsID   uint64
 	obsOpen map[uint64]bool
-	aborted bool
+	// obsWithdrawn: its caller gave up; the core answers it only if it had already asked the
+	// workers.
+	obsWithdrawn map[uint64]bool
+	aborted      bool
 }
 
 func (c *clients) init(s *sim) {
-	c.s, c.reqs, c.leases, c.obsOpen = s, map[residency.Ticket]*req{}, map[*residency.Cell]int{}, map[uint64]bool{}
+	c.s, c.reqs, c.leases, c.obsOpen, c.obsWithdrawn = s, map[residency.Ticket]*req{}, map[*residency.Cell]int{}, map[uint64]bool{}, map[uint64]bool{}
 }
 
 // start loads every lane and schedules the workload: arrivals, retirements, observations and
@@ -75,6 +80,19 @@ func (s *sim) start() {
 	for range s.cfg.Requests {
 		s.at(s.now.Add(s.dur(0, span)), func() { s.arrive(nil) })
 	}
+	for range s.rng.IntN(3) {
+		// A burst: many requests at the very same instant.
+		at, n := s.now.Add(s.dur(0, span)), 5+s.rng.IntN(16)
+		s.at(at, func() { s.res.Bursts++ })
+		for range n {
+			s.at(at, func() { s.arrive(nil) })
+		}
+	}
+	if !s.cfg.NoFaults {
+		for t := s.dur(5*time.Second, 2*time.Minute); t < span*6/10; t += s.dur(5*time.Second, 2*time.Minute) {
+			s.at(s.now.Add(t), s.idleCrash)
+		}
+	}
 	for t := s.dur(20*time.Second, 5*time.Minute); t < span; t += s.dur(20*time.Second, 5*time.Minute) {
 		s.at(s.now.Add(t), func() {
 			if s.chance(0.6) {
@@ -86,8 +104,19 @@ func (s *sim) start() {
 		for t := s.dur(10*time.Second, 2*time.Minute); t < span; t += s.dur(10*time.Second, 2*time.Minute) {
 			s.at(s.now.Add(t), func() {
 				s.obsID++
-				s.obsOpen[s.obsID] = true
-				s.step(residency.Observe{ID: s.obsID})
+				id := s.obsID
+				s.obsOpen[id] = true
+				s.step(residency.Observe{ID: id})
+				if s.chance(0.2) {
+					// Its caller gives up: withdrawn if the workers were not asked yet.
+					s.after(s.dur(0, 100*time.Millisecond), func() {
+						if s.obsOpen[id] {
+							s.obsWithdrawn[id] = true
+							s.res.Withdrawn++
+							s.step(residency.Observe{ID: id, Withdraw: true})
+						}
+					})
+				}
 			})
 		}
 	}
@@ -111,6 +140,34 @@ func (s *sim) retire(l *lane) {
 	}
 	l.phase = retiring
 	s.step(residency.Retire{Lane: l.name})
+	if s.chance(0.2) {
+		// Loaded again while it retires: the core refuses; the retirement goes on.
+		s.after(s.dur(0, 50*time.Millisecond), func() {
+			if l.phase == retiring {
+				s.res.LoadsWhileRetiring++
+				s.step(residency.Load{Spec: l.spec})
+			}
+		})
+	}
+}
+
+// idleCrash ends a live worker that has no call on its stream: nothing tells the core until
+// its next call fails.
+func (s *sim) idleCrash() {
+	if !s.faulty(0.7) {
+		return
+	}
+	for _, l := range s.lanes {
+		for g, p := range s.procs {
+			if g.Lane == l.name && !p.dead && !p.closing && len(p.stream) == 0 {
+				s.logf("%s#%d crashes while idle", g.Lane, g.N)
+				s.res.IdleCrashes++
+				s.res.Faults++
+				s.die(p)
+				return
+			}
+		}
+	}
 }
 
 func (s *sim) loaded(fx residency.Loaded) {
@@ -185,6 +242,7 @@ func (s *sim) arrive(retryOf *req) {
 			r.limit = r.since // a retry whose deadline has passed is answered at once
 		}
 	}
+	r.settled = s.settled()
 	s.reqs[r.ticket] = r
 	s.res.Requests++
 	if s.chance(0.08) {
@@ -262,9 +320,10 @@ func (s *sim) answered(fx residency.Answer) {
 	}
 	if fx.Err != nil {
 		s.res.Refusals++
+		s.checkServed(r, fx.Err)
 		var rf *refusal.Error
-		if errors.As(fx.Err, &rf) && rf.Code == refusal.ShapeCompiling && rf.RetryAfter < 0 {
-			s.violate("ticket %d: shape_compiling with a negative retry time %s", r.ticket, rf.RetryAfter)
+		if errors.As(fx.Err, &rf) && rf.Code == refusal.ShapeCompiling {
+			s.promised(r, rf)
 		}
 		if errors.As(fx.Err, &rf) && rf.Code == refusal.ShapeCompiling && s.chance(0.6) && !r.canceled {
 			s.after(rf.RetryAfter, func() { s.arrive(r) })
@@ -355,6 +414,10 @@ func (s *sim) release(r *req, err error) {
 func (s *sim) observed(fx residency.Observed) {
 	if !s.obsOpen[fx.ID] {
 		s.violate("observation %d answered twice or never asked", fx.ID)
+	}
+	if s.obsWithdrawn[fx.ID] && fx.Err == nil {
+		// Withdrawn too late: the workers had been asked, and the answer stands.
+		delete(s.obsWithdrawn, fx.ID)
 	}
 	delete(s.obsOpen, fx.ID)
 	if fx.Err != nil {

@@ -55,6 +55,10 @@ type Result struct {
 	VirtualTime                                 time.Duration
 	Lanes                                       int
 	Panicked                                    bool
+	// What the generator reached beyond the ordinary: outcome reports delivered twice,
+	// promises checked, bursts of simultaneous arrivals, idle workers that crashed, loads
+	// of a lane being retired, observations withdrawn.
+	Duplicates, Promises, Bursts, IdleCrashes, LoadsWhileRetiring, Withdrawn int
 }
 
 // Failure is a broken invariant: the seed that replays it, what broke and the last steps.
@@ -143,6 +147,9 @@ type sim struct {
 	certify bool
 	world
 	clients
+	promises
+	// holdTick is the hold end the run last scheduled a step for.
+	holdTick time.Time
 	// faultsUntil: faults are injected before it; arrivalsUntil: requests arrive before it.
 	faultsUntil, arrivalsUntil time.Time
 	// draining: the run's end: every lane is being retired.
@@ -157,6 +164,7 @@ func newSim(cfg Config) *sim {
 	s.view = s.core.Ready().View
 	s.world.init(s)
 	s.clients.init(s)
+	s.started = map[uint64]bool{}
 	return s
 }
 
@@ -225,6 +233,19 @@ func (s *sim) step(in residency.Input) {
 		s.effect(fx)
 	}
 	s.check()
+}
+
+// report feeds the core a worker call's outcome, and now and then, while faults are on,
+// delivers it once more a little later: a late or repeated report must change nothing.
+func (s *sim) report(in residency.Input) {
+	s.step(in)
+	if s.faulty(0.05) {
+		s.res.Duplicates++
+		s.after(s.dur(0, 50*time.Millisecond), func() {
+			s.logf("the same outcome reported again")
+			s.step(in)
+		})
+	}
 }
 
 func (s *sim) publish(v *residency.View) {

@@ -49,6 +49,12 @@ func TestSimulation(t *testing.T) {
 		total.Observed += res.Observed
 		total.Refusals += res.Refusals
 		total.Probes += res.Probes
+		total.Duplicates += res.Duplicates
+		total.Promises += res.Promises
+		total.Bursts += res.Bursts
+		total.IdleCrashes += res.IdleCrashes
+		total.LoadsWhileRetiring += res.LoadsWhileRetiring
+		total.Withdrawn += res.Withdrawn
 		if res.Panicked {
 			total.Panicked = true
 		}
@@ -84,11 +90,20 @@ func TestSimulation(t *testing.T) {
 		}
 	}
 	elapsed := time.Since(began)
-	t.Logf("%d seeds, %d steps in %s (%.0f seeds/s, %.0f steps/s): %d leases, %d admissions, %d evictions, %d probes, %d faults, %d exits, %d retirements, %d observations, %d refusals",
+	t.Logf("%d seeds, %d steps in %s (%.0f seeds/s, %.0f steps/s): %d leases, %d admissions, %d evictions, %d probes, %d faults, %d exits, %d retirements, %d observations, %d refusals; "+
+		"%d promises checked, %d repeated reports, %d bursts, %d idle crashes, %d loads while retiring, %d observations withdrawn",
 		ran, total.Steps, elapsed.Round(time.Millisecond), float64(ran)/elapsed.Seconds(), float64(total.Steps)/elapsed.Seconds(),
-		total.Leases, total.Admissions, total.Evictions, total.Probes, total.Faults, total.Exits, total.Retirements, total.Observed, total.Refusals)
+		total.Leases, total.Admissions, total.Evictions, total.Probes, total.Faults, total.Exits, total.Retirements, total.Observed, total.Refusals,
+		total.Promises, total.Duplicates, total.Bursts, total.IdleCrashes, total.LoadsWhileRetiring, total.Withdrawn)
 	// A property that held because nothing happened proves nothing.
-	if ran >= 50 && (total.Leases == 0 || total.Admissions == 0 || total.Evictions == 0 || total.Faults == 0 || total.Exits == 0 || total.Retirements == 0) {
-		t.Fatalf("the seeds did not exercise leases, admissions, evictions, faults, exits and retirements: %+v", total)
+	if ran >= 50 {
+		for what, n := range map[string]int{"leases": total.Leases, "admissions": total.Admissions, "evictions": total.Evictions,
+			"faults": total.Faults, "exits": total.Exits, "retirements": total.Retirements, "promises": total.Promises,
+			"repeated reports": total.Duplicates, "bursts": total.Bursts, "idle crashes": total.IdleCrashes,
+			"loads while retiring": total.LoadsWhileRetiring, "withdrawn observations": total.Withdrawn} {
+			if n == 0 {
+				t.Errorf("the seeds exercised no %s: %+v", what, total)
+			}
+		}
 	}
 }

@@ -86,6 +86,8 @@ type call struct {
 	done     bool
 	started  bool
 	timedOut bool
+	// underFaults: it began while faults were on, so its outcome may still be one.
+	underFaults bool
 }
 
 // admitCall is an admission that may be compiling on the device.
@@ -120,6 +122,9 @@ func (w *world) init(s *sim) {
 		bound := 600 * time.Second
 		if s.chance(0.3) {
 			bound = s.dur(30*time.Second, 600*time.Second)
+		}
+		if s.chance(0.05) {
+			layers = s.budget + 1 + s.rng.IntN(20) // one shape needs more than the machine has
 		}
 		spec := residency.ModelSpec{Lane: fmt.Sprintf("ns/lane-%d", i), Identity: id, Model: id, Dimensions: 8, Layers: layers,
 			Rungs: rungs, MaxResidentShapes: 1 + s.rng.IntN(4), AdmissionBound: bound}
@@ -178,11 +183,11 @@ func (w *world) effect(fx residency.Effect) {
 					delete(p.resident, fx.Rung)
 				}
 				delete(w.evicting, fx.Cell)
-				s.step(residency.Evicted{Gen: fx.Gen, Load: fx.Load, Err: err})
+				s.report(residency.Evicted{Gen: fx.Gen, Load: fx.Load, Err: err})
 			})
 		}, fail: func() {
 			delete(w.evicting, fx.Cell)
-			s.step(residency.Evicted{Gen: fx.Gen, Load: fx.Load, Err: errFault})
+			s.report(residency.Evicted{Gen: fx.Gen, Load: fx.Load, Err: errFault})
 		}})
 	case residency.ProbeShape:
 		p := w.proc(fx.Gen)
@@ -203,10 +208,10 @@ func (w *world) effect(fx residency.Effect) {
 				return
 			}
 			w.finish(p, c, d, func() {
-				s.step(residency.Probed{Gen: fx.Gen, Load: fx.Load, Cell: fx.Cell, Device: time.Millisecond, CPU: 3 * time.Millisecond, Err: err, Verdict: verdict})
+				s.report(residency.Probed{Gen: fx.Gen, Load: fx.Load, Cell: fx.Cell, Device: time.Millisecond, CPU: 3 * time.Millisecond, Err: err, Verdict: verdict})
 			})
 		}, fail: func() {
-			s.step(residency.Probed{Gen: fx.Gen, Load: fx.Load, Cell: fx.Cell, Err: errFault})
+			s.report(residency.Probed{Gen: fx.Gen, Load: fx.Load, Cell: fx.Cell, Err: errFault})
 		}})
 	case residency.ConfirmExit:
 		w.confirmExit(fx.Gen)
@@ -215,7 +220,7 @@ func (w *world) effect(fx residency.Effect) {
 		w.enqueue(p, &call{name: "inventory", start: func(c *call) {
 			if s.faulty(0.02) {
 				w.finish(p, c, s.dur(time.Millisecond, 20*time.Millisecond), func() {
-					s.step(residency.Inventoried{Observation: fx.Observation, Gen: fx.Gen, Err: fmt.Errorf("inventory: %w", errFault)})
+					s.report(residency.Inventoried{Observation: fx.Observation, Gen: fx.Gen, Err: fmt.Errorf("inventory: %w", errFault)})
 				})
 				return
 			}
@@ -225,10 +230,10 @@ func (w *world) effect(fx residency.Effect) {
 					rungs = append(rungs, r)
 				}
 				slices.Sort(rungs)
-				s.step(residency.Inventoried{Observation: fx.Observation, Gen: fx.Gen, Rungs: rungs})
+				s.report(residency.Inventoried{Observation: fx.Observation, Gen: fx.Gen, Rungs: rungs})
 			})
 		}, fail: func() {
-			s.step(residency.Inventoried{Observation: fx.Observation, Gen: fx.Gen, Err: errFault})
+			s.report(residency.Inventoried{Observation: fx.Observation, Gen: fx.Gen, Err: errFault})
 		}})
 	default:
 		s.violate("unknown effect %T", fx)
@@ -249,7 +254,7 @@ func (w *world) spawn(fx residency.Spawn) {
 	l := w.lane(fx.Gen.Lane)
 	s.after(s.dur(20*time.Millisecond, 2*time.Second), func() {
 		if s.faulty(0.08) {
-			s.step(residency.Spawned{Gen: fx.Gen, Err: fmt.Errorf("exec: the worker did not start")})
+			s.report(residency.Spawned{Gen: fx.Gen, Err: fmt.Errorf("exec: the worker did not start")})
 			return
 		}
 		p := &proc{gen: fx.Gen, lane: l, old: s.chance(0.2), resident: map[int]bool{}}
@@ -263,7 +268,7 @@ func (w *world) spawn(fx residency.Spawn) {
 				}
 			}
 		}
-		s.step(residency.Spawned{Gen: fx.Gen, Conn: p, Cached: cached})
+		s.report(residency.Spawned{Gen: fx.Gen, Conn: p, Cached: cached})
 	})
 }
 
@@ -282,6 +287,7 @@ func (w *world) admit(fx residency.Admit) {
 		s.violate("two compiles on the device: %s#%d/%d was sent while %s#%d/%d may still compile",
 			fx.Gen.Lane, fx.Gen.N, fx.Rung, o.p.gen.Lane, o.p.gen.N, o.rung)
 	}
+	s.checkPrewarmStart(fx, p)
 	a := &admitCall{p: p, rung: fx.Rung}
 	w.onDevice = append(w.onDevice, a)
 	s.res.Admissions++
@@ -333,13 +339,16 @@ func (w *world) admit(fx residency.Admit) {
 					adm = residency.Admission{CacheHitLayers: &zero, CompiledLayers: &layers}
 				}
 			}
-			s.step(residency.Admitted{Gen: fx.Gen, Job: fx.Job, Admission: adm, Took: d, Err: err})
+			s.report(residency.Admitted{Gen: fx.Gen, Job: fx.Job, Load: fx.Load, Admission: adm, Took: d, Err: err})
+			if residency.IsWorkerError(err) {
+				s.gateFreedAtOnce(fx)
+			}
 		})
 	}, fail: func() {
 		if p.dead {
 			off() // it never reached a live process, or the process is gone
 		}
-		s.step(residency.Admitted{Gen: fx.Gen, Job: fx.Job, Err: errFault})
+		s.report(residency.Admitted{Gen: fx.Gen, Job: fx.Job, Load: fx.Load, Err: errFault})
 	}})
 }
 
@@ -367,6 +376,7 @@ func (w *world) startNext(p *proc) {
 		return
 	}
 	c.started = true
+	c.underFaults = !w.s.cfg.NoFaults && w.s.now.Before(w.s.faultsUntil)
 	c.start(c)
 }
 
@@ -502,5 +512,5 @@ func (w *world) exited(p *proc) {
 		return
 	}
 	p.exited = true
-	w.s.step(residency.Exited{Gen: p.gen})
+	w.s.report(residency.Exited{Gen: p.gen})
 }
