@@ -114,6 +114,12 @@ simulate: ## Drive the residency core through SEEDS seeded schedules (or for DUR
 	go test -count=1 -timeout 0 -v -run '^TestSimulation$$' ./node-agent/residency/simulation -args \
 		$(if $(SEED),-seed $(SEED) -tracelen 400,$(if $(DURATION),-duration $(DURATION),-seeds $(SEEDS))) -first $(FIRST_SEED)
 
+MUTATE_SEEDS ?= 300
+
+.PHONY: mutate
+mutate: ## Plant one bug per residency rule, one at a time (go test -overlay, the tree untouched), and fail unless the simulator or a named test catches each; MUTATE_ARGS=-all runs the named tests against every mutant.
+	go run ./hack/mutate -seeds $(MUTATE_SEEDS) $(MUTATE_ARGS)
+
 # FUZZTIME is a duration (10m) or a count of inputs (20000x). CI gives a count: with a duration,
 # Go 1.26's fuzz coordinator can report "context deadline exceeded" as a failure when its deadline
 # races a worker's last input (golang/go issue 75804, fixed in Go 1.27); a count sets no deadline.

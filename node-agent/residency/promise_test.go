@@ -271,3 +271,39 @@ func TestALateReportOfAnEarlierAttemptNeverSettlesItsRetry(t *testing.T) {
 		}
 	})
 }
+
+// TestANewcomerNeverLeasesAheadOfAStarvedHeadThroughAnOpenCohort: while a finished admission's
+// cohort still protects its shape (one member has not come back yet), a request that arrived
+// after the admission completed is no member: it yields to the starved budget head like any
+// other resident traffic.
+func TestANewcomerNeverLeasesAheadOfAStarvedHeadThroughAnOpenCohort(t *testing.T) {
+	d := newDriver(t, 44)
+	d.load(spec("a"))
+	b := d.load(spec("b"))
+	d.lease("a", 128) // held: a/128 cannot be evicted
+	t1 := d.acquire("b", 128, time.Time{})
+	d.advance(50 * time.Millisecond)
+	adm := d.admit("b", 128)
+	t2 := d.acquire("b", 128, time.Time{}) // joins the running admission
+	d.acquire("a", 256, time.Time{})       // the head: no budget until a lease is released
+	d.advance(50 * time.Millisecond)
+	d.step(Admitted{Gen: b, Job: adm.Job, Load: adm.Load, Admission: counts(), Took: time.Second})
+	for _, tk := range []Ticket{t1, t2} {
+		if !d.answer(tk).Handoff {
+			t.Fatalf("ticket %d was not handed the shape", tk)
+		}
+	}
+	if !d.c.Inspect().Starved {
+		t.Fatal("a/256 is not a starved head")
+	}
+	d.step(Acquire{Ticket: t1, Lane: "b", Rung: 128, Member: true})
+	if d.answer(t1).Cell == nil {
+		t.Fatal("the cohort member did not lease ahead of the head")
+	}
+	// t2 has not come back: the cohort still protects b/128. A newcomer is not a member.
+	newcomer := d.acquire("b", 128, time.Time{})
+	none(d, "a lease for the newcomer ahead of the starved head", func(a Answer) bool { return a.Ticket == newcomer })
+	if d.c.Inspect().Blocked != 1 {
+		t.Fatalf("the newcomer is not blocked behind the head: %s", d.c.Inspect())
+	}
+}
