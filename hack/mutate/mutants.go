@@ -88,7 +88,7 @@ var mutants = []mutant{
 		File: "node-agent/residency/admission.go",
 		Old: `		c.queue.Finish(j)
 		c.trace(Event{Kind: EventAdmissionRefused`,
-		New: `		c.holdGate(j, in.Gen, c.holdUntil(m), false)
+		New: `		c.holdGate(j, sh.load, in.Gen, c.holdUntil(m), false)
 		c.trace(Event{Kind: EventAdmissionRefused`,
 	},
 	{
@@ -120,12 +120,8 @@ var mutants = []mutant{
 	{
 		Name: "probe-released-twice", Rule: "a repeated probe outcome gives the probe's lease back once",
 		File: "node-agent/residency/cell.go",
-		Old: `	if c.probeLeased {
-		c.probeLeased = false
-		c.Release()
-	}`,
-		New: `	c.probeLeased = false
-	c.Release()`,
+		Old:  `	if attempt != 0 && c.probeAttempt == attempt {`,
+		New:  `	if true {`,
 	},
 	{
 		Name: "unknown-admission-settled-twice", Rule: "a repeated admission outcome of unknown outcome changes nothing",
@@ -136,8 +132,8 @@ var mutants = []mutant{
 	{
 		Name: "unknown-eviction-settled-twice", Rule: "a repeated eviction outcome of unknown outcome changes nothing",
 		File: "node-agent/residency/eviction.go",
-		Old:  `	if sh == nil || sh.state != evicting || sh.unknownOutcome {`,
-		New:  `	if sh == nil || sh.state != evicting {`,
+		Old:  `	if sh == nil || sh.state != evicting || sh.unknownOutcome || sh.attempt != in.Attempt {`,
+		New:  `	if sh == nil || sh.state != evicting || sh.attempt != in.Attempt {`,
 	},
 	{
 		Name: "attempt-not-matched", Rule: "a late report of a first admission attempt never settles its retry",

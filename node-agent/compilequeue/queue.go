@@ -269,8 +269,10 @@ func (q *Queue) newJob(now time.Time, owner string, shape Shape, layers int, cac
 func (q *Queue) insert(now time.Time, j *Job) {
 	pos := len(q.queued)
 	for i, other := range q.queued {
-		if other.parked {
-			continue // a parked retry keeps its place at the head
+		if other.parked || other.Retried || other.Recycled {
+			// A job put back at the head (a retry, a recycled admission) keeps its place there;
+			// the keys behind it are in order, and a new job's place is among them.
+			continue
 		}
 		if j.StartKey().Before(other.StartKey()) {
 			pos = i

@@ -53,7 +53,7 @@ func (c *Core) admit(m *model, j *compilequeue.Job) {
 // meanwhile, or of a job that no longer admits the shape, is stale: the exit already refunded
 // the shape, freed the gate and answered the job's requests, so it changes nothing.
 func (c *Core) admitted(in Admitted) {
-	if h := c.hold; h != nil && h.outstanding && h.job.ID == in.Job {
+	if h := c.hold; h != nil && h.outstanding && h.job.ID == in.Job && h.load == in.Load {
 		// The call of an admission whose worker's exit was confirmed returned: the gate frees.
 		c.queue.Finish(h.job)
 		c.hold = nil
@@ -100,7 +100,7 @@ func (c *Core) admitted(in Admitted) {
 		})
 		c.prewarmEnded(m, j, false, "Cancelled")
 		c.fault(m, in.Gen, fmt.Errorf("admitting rung %d: %w", sh.rung, in.Err))
-		c.holdGate(j, in.Gen, c.holdUntil(m), false)
+		c.holdGate(j, sh.load, in.Gen, c.holdUntil(m), false)
 	}
 }
 

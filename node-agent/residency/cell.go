@@ -74,15 +74,17 @@ type Cell struct {
 	Rung int
 	Gen  *Gen
 	load uint64
-	// probeLeased: the core holds a lease of its own on the cell for a placement probe. Only the
-	// owner reads or writes it: the first Probed gives that lease back, a repeated one nothing.
-	probeLeased bool
+	// probeAttempt is the placement probe that holds a lease of the core's own on the cell
+	// (zero: none). Only the owner reads or writes it: the first report of that probe gives
+	// the lease back; a repeated report, or one of an earlier probe, nothing.
+	probeAttempt uint64
 }
 
-// releaseProbe gives back the probe's own lease, once however often its outcome is reported.
-func (c *Cell) releaseProbe() {
-	if c.probeLeased {
-		c.probeLeased = false
+// releaseProbe gives back probe attempt's own lease, once however often its outcome is
+// reported.
+func (c *Cell) releaseProbe(attempt uint64) {
+	if attempt != 0 && c.probeAttempt == attempt {
+		c.probeAttempt = 0
 		c.Release()
 	}
 }

@@ -77,6 +77,7 @@ type Core struct {
 	obs           []*observation
 	stopped       error
 	lastLoad      uint64
+	lastAttempt   uint64
 
 	// epoch counts steps; cells stamp their last use with it.
 	epoch   atomic.Int64
@@ -89,7 +90,9 @@ type Core struct {
 // or, if the exit was confirmed while the admission's call had not yet returned, until it
 // returns. Either way for at most UnknownOutcomeGateHold after the worker's restart began.
 type gateHold struct {
-	job   *compilequeue.Job
+	job *compilequeue.Job
+	// load is the admission attempt whose call holds the gate.
+	load  uint64
 	gen   *Gen
 	until time.Time
 	// outstanding: the exit is confirmed, but the admission's call has not returned.
@@ -235,7 +238,7 @@ func (c *Core) stepStopped(in Input) {
 			c.emit(Observed{ID: in.ID, Err: err})
 		}
 	case Probed:
-		in.Cell.releaseProbe()
+		in.Cell.releaseProbe(in.Attempt)
 	}
 }
 
@@ -330,6 +333,13 @@ func (c *Core) removeModel(m *model) {
 func (c *Core) nextLoad() uint64 {
 	c.lastLoad++
 	return c.lastLoad
+}
+
+// nextAttempt names a worker call whose outcome must not be confused with an earlier call's
+// about the same load (an eviction or a probe asked again).
+func (c *Core) nextAttempt() uint64 {
+	c.lastAttempt++
+	return c.lastAttempt
 }
 
 func sortedTickets[T any](m map[Ticket]T) []Ticket {

@@ -180,7 +180,7 @@ func (d *driver) ackEvictions() {
 		}
 		ev := d.fx[i].(Evict)
 		d.fx = append(d.fx[:i:i], d.fx[i+1:]...)
-		d.step(Evicted{Gen: ev.Gen, Load: ev.Load})
+		d.step(Evicted{Gen: ev.Gen, Load: ev.Load, Attempt: ev.Attempt})
 	}
 }
 

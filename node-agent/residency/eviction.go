@@ -59,6 +59,11 @@ func (c *Core) makeRoom(head *compilequeue.Job) starvation {
 	if m == nil || m.state != running {
 		return roomMade // nothing to make room for until the worker is back
 	}
+	if sh := m.shape(head.Shape.Rung); sh != nil && sh.state == resident {
+		// Its eviction was refused: the shape is resident again, and the head is dropped at the
+		// gate for its requests to lease it. Evicting the shape to admit it again would be waste.
+		return roomMade
+	}
 	free := c.budget - c.used
 	slots := m.spec.MaxResidentShapes - len(m.shapes)
 	for _, lane := range c.lanes {
@@ -177,10 +182,11 @@ func (c *Core) candidates() []victim {
 func (c *Core) evict(m *model, sh *shape, unpark *compilequeue.Job) {
 	sh.state = evicting
 	sh.unpark = unpark
+	sh.attempt = c.nextAttempt()
 	m.busy++
 	m.moving++
 	c.trace(Event{Kind: EventEvictionDispatch, Lane: m.spec.Lane, Rung: sh.rung})
-	c.emit(Evict{Gen: m.gen, Load: sh.load, Rung: sh.rung, Cell: sh.cell})
+	c.emit(Evict{Gen: m.gen, Load: sh.load, Attempt: sh.attempt, Rung: sh.rung, Cell: sh.cell})
 }
 
 // evicted applies an eviction's outcome.
@@ -190,7 +196,7 @@ func (c *Core) evicted(in Evicted) {
 		return // the exit was confirmed first: it refunded the shape and unparked its retry
 	}
 	sh := m.shapeByLoad(in.Load)
-	if sh == nil || sh.state != evicting || sh.unknownOutcome {
+	if sh == nil || sh.state != evicting || sh.unknownOutcome || sh.attempt != in.Attempt {
 		return
 	}
 	m.busy--

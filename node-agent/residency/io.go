@@ -101,9 +101,10 @@ type Admitted struct {
 
 // Evicted is the outcome of an Evict effect.
 type Evicted struct {
-	Gen  *Gen
-	Load uint64
-	Err  error
+	Gen     *Gen
+	Load    uint64
+	Attempt uint64
+	Err     error
 }
 
 // Probed is the outcome of a Probe effect: the measurement, or the error that prevented it,
@@ -111,6 +112,7 @@ type Evicted struct {
 type Probed struct {
 	Gen         *Gen
 	Load        uint64
+	Attempt     uint64
 	Cell        *Cell
 	Device, CPU time.Duration
 	Err         error
@@ -172,7 +174,10 @@ type Admit struct {
 type Evict struct {
 	Gen  *Gen
 	Load uint64
-	Rung int
+	// Attempt names this release: a release refused and asked again is another attempt, so a
+	// late report of the first never settles the second. Evicted names it back.
+	Attempt uint64
+	Rung    int
 	// Cell is the closed cell of the load being released.
 	Cell *Cell
 }
@@ -180,11 +185,13 @@ type Evict struct {
 // ProbeShape runs the placement probe on a resident shape, on a lease the core took for it;
 // Probed reports it (and gives the lease back). Judge is the lane's ModelSpec.Probe.
 type ProbeShape struct {
-	Gen   *Gen
-	Load  uint64
-	Rung  int
-	Cell  *Cell
-	Judge func(rung int, gen int64, device, cpu time.Duration) error
+	Gen  *Gen
+	Load uint64
+	// Attempt names this probe of the load, as Evict's does; Probed names it back.
+	Attempt uint64
+	Rung    int
+	Cell    *Cell
+	Judge   func(rung int, gen int64, device, cpu time.Duration) error
 }
 
 // ConfirmExit closes the generation's channel, waits for its process to exit (killing it after

@@ -194,7 +194,7 @@ func (c *Core) exited(in Exited) {
 			})
 			c.prewarmEnded(m, sh.job, false, "Cancelled")
 			if c.queue.Running() == sh.job {
-				c.holdGate(sh.job, in.Gen, c.holdUntil(m), true)
+				c.holdGate(sh.job, sh.load, in.Gen, c.holdUntil(m), true)
 			}
 		}
 		c.refund(m, sh)
@@ -285,12 +285,12 @@ func (c *Core) gone(m *model, why error) {
 	}
 }
 
-// holdGate keeps the compile gate for j, an admission of unknown outcome, until gen's exit is
-// confirmed (or, if outstanding, until j's call returns), at the latest until: the queue
+// holdGate keeps the compile gate for j, an admission (attempt load) of unknown outcome, until
+// gen's exit is confirmed (or, if outstanding, until that attempt's call returns), at the latest until: the queue
 // predicts the gate busy until then.
-func (c *Core) holdGate(j *compilequeue.Job, gen *Gen, until time.Time, outstanding bool) {
+func (c *Core) holdGate(j *compilequeue.Job, load uint64, gen *Gen, until time.Time, outstanding bool) {
 	c.queue.Fail(j, until)
-	c.hold = &gateHold{job: j, gen: gen, until: until, outstanding: outstanding}
+	c.hold = &gateHold{job: j, load: load, gen: gen, until: until, outstanding: outstanding}
 }
 
 // holdUntil is when an unknown outcome of m's current generation stops holding the gate:

@@ -160,6 +160,8 @@ type shape struct {
 	// acknowledged (the device refused it for resources).
 	unpark *compilequeue.Job
 	probe  probeState
+	// attempt names the eviction on the wire, if any.
+	attempt uint64
 	// unknownOutcome: its admission or eviction was reported with an unknown outcome. Its
 	// charge stays until the process's exit is confirmed, and a repeated report of that
 	// outcome changes nothing.
@@ -183,7 +185,8 @@ type probeState struct {
 	passed bool
 	// failed is the judgement that refuses every lease of this load.
 	failed error
-	// running: the probe is in flight; waiters wait for its verdict.
+	// running: the probe is in flight, as attempt; waiters wait for its verdict.
 	running bool
+	attempt uint64
 	waiters []Ticket
 }

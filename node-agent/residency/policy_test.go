@@ -142,7 +142,7 @@ func TestOnlyTheHeadsLaneYieldsWhenItLacksOnlyAShapeSlot(t *testing.T) {
 	}
 	d.release(heldA, nil)
 	ev := take(d, "the eviction of a/128", func(e Evict) bool { return e.Gen.Lane == "a" })
-	d.step(Evicted{Gen: ev.Gen, Load: ev.Load})
+	d.step(Evicted{Gen: ev.Gen, Load: ev.Load, Attempt: ev.Attempt})
 	d.advance(time.Millisecond)
 	d.admit("a", 256)
 }

@@ -35,23 +35,23 @@ func (c *Core) waitForProbe(w *waiter, m *model, sh *shape) {
 		// The generation faulted and the core has not heard yet: the recovery answers w.
 		return
 	}
-	sh.cell.probeLeased = true
-	sh.probe.running = true
+	sh.probe.running, sh.probe.attempt = true, c.nextAttempt()
+	sh.cell.probeAttempt = sh.probe.attempt
 	m.busy++
-	c.emit(ProbeShape{Gen: m.gen, Load: sh.load, Rung: sh.rung, Cell: sh.cell, Judge: m.spec.Probe})
+	c.emit(ProbeShape{Gen: m.gen, Load: sh.load, Attempt: sh.probe.attempt, Rung: sh.rung, Cell: sh.cell, Judge: m.spec.Probe})
 }
 
 // probed records a probe's verdict and answers the requests that waited for it: a pass lets them
 // lease, a failure refuses them and every later request on this load, and a probe that could not
 // measure fails them (a fault also recovers the worker, whose replacement probes afresh).
 func (c *Core) probed(in Probed) {
-	in.Cell.releaseProbe()
+	in.Cell.releaseProbe(in.Attempt)
 	m := c.current(in.Gen)
 	if m == nil {
 		return // the exit was confirmed first: its requests were answered then
 	}
 	sh := m.shapeByLoad(in.Load)
-	if sh == nil || !sh.probe.running {
+	if sh == nil || !sh.probe.running || sh.probe.attempt != in.Attempt {
 		return
 	}
 	m.busy--

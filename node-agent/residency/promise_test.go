@@ -154,7 +154,7 @@ func TestALateOrRepeatedOutcomeReportChangesNothing(t *testing.T) {
 		}
 		d.step(Acquire{Ticket: ta, Lane: "a", Rung: 128, Member: true})
 		pr := take(d, "ProbeShape a/128", func(ProbeShape) bool { return true })
-		outcome := Probed{Gen: pr.Gen, Load: pr.Load, Cell: pr.Cell, Device: time.Millisecond, CPU: 3 * time.Millisecond}
+		outcome := Probed{Gen: pr.Gen, Load: pr.Load, Attempt: pr.Attempt, Cell: pr.Cell, Device: time.Millisecond, CPU: 3 * time.Millisecond}
 		d.step(outcome)
 		cell := d.answer(ta).Cell
 		if cell == nil || cell.Leases() != 1 {
@@ -193,11 +193,11 @@ func TestALateOrRepeatedOutcomeReportChangesNothing(t *testing.T) {
 		d.acquire("b", 128, time.Time{})
 		d.advance(50 * time.Millisecond)
 		ev := take(d, "Evict a", func(e Evict) bool { return e.Gen == a })
-		failed := Evicted{Gen: a, Load: ev.Load, Err: errBrokenPipe}
+		failed := Evicted{Gen: a, Load: ev.Load, Attempt: ev.Attempt, Err: errBrokenPipe}
 		d.step(failed)
 		d.step(failed)
 		// A release acknowledged late must not refund a charge whose process may still hold it.
-		d.step(Evicted{Gen: a, Load: ev.Load})
+		d.step(Evicted{Gen: a, Load: ev.Load, Attempt: ev.Attempt})
 		if used := d.c.Used(); used != 44 {
 			t.Fatalf("%d executables charged after repeated eviction reports, want 44 until a's exit is confirmed", used)
 		}
@@ -241,7 +241,7 @@ func TestALateReportOfAnEarlierAttemptNeverSettlesItsRetry(t *testing.T) {
 		refused := Admitted{Gen: b, Job: first.Job, Load: first.Load, Err: &WorkerError{Code: string(refusal.ResourcesExhausted), Message: "0x20004"}}
 		d.step(refused)
 		ev := take(d, "the eviction for the retry", func(e Evict) bool { return e.Gen == a })
-		d.step(Evicted{Gen: a, Load: ev.Load})
+		d.step(Evicted{Gen: a, Load: ev.Load, Attempt: ev.Attempt})
 		d.advance(time.Millisecond)
 		retry := d.admit("b", 128)
 		d.step(refused) // the first attempt's refusal, delivered again

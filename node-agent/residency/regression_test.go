@@ -133,7 +133,7 @@ func TestAResourceRetryWhoseShapeBecameResidentDoesNotWedgeTheQueue(t *testing.T
 			t.Fatalf("queue %+v: want one parked job for b/128 holding both requests", insp.Queued)
 		}
 		none(d, "a second admission of b/128", func(a Admit) bool { return a.Gen.Lane == "b" })
-		d.step(Evicted{Gen: a, Load: ev.Load})
+		d.step(Evicted{Gen: a, Load: ev.Load, Attempt: ev.Attempt})
 		d.advance(time.Millisecond)
 		retry := d.admit("b", 128)
 		d.step(Admitted{Gen: b, Job: retry.Job, Load: retry.Load, Admission: counts(), Took: time.Second})
@@ -157,7 +157,7 @@ func TestAResourceRetryWhoseShapeBecameResidentDoesNotWedgeTheQueue(t *testing.T
 		if q := d.c.Inspect().Queued; len(q) != 0 {
 			t.Fatalf("queue %+v after the lane retired, want it empty", q)
 		}
-		d.step(Evicted{Gen: a, Load: ev.Load})
+		d.step(Evicted{Gen: a, Load: ev.Load, Attempt: ev.Attempt})
 		d.acquire("c", 256, time.Time{})
 		d.advance(50 * time.Millisecond)
 		d.admit("c", 256)
@@ -204,7 +204,7 @@ func TestRequestsJoinedToAPrewarmAreAnsweredWhenItIsRecycledOrRefused(t *testing
 		// admission a request waits for.
 		ev := take(d, "the eviction for the retry", func(e Evict) bool { return e.Gen == b })
 		none(d, "a refusal of the joined request", func(a Answer) bool { return a.Ticket == joined })
-		d.step(Evicted{Gen: b, Load: ev.Load})
+		d.step(Evicted{Gen: b, Load: ev.Load, Attempt: ev.Attempt})
 		d.advance(time.Millisecond)
 		retry := d.admit("a", 128)
 		d.step(Admitted{Gen: a, Job: retry.Job, Load: retry.Load, Admission: counts(), Took: time.Second})

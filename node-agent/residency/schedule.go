@@ -202,6 +202,7 @@ func (c *Core) startOrResolve(j *compilequeue.Job) {
 	if m != nil && m.state == running {
 		if sh := m.shape(j.Shape.Rung); sh != nil && sh.state != evicting {
 			c.queue.Drop(j)
+			c.soon(c.now) // the gate is still free: the next head may start at once
 			for _, t := range j.Waiters() {
 				c.queue.Leave(j, t)
 				if w := c.waiters[t]; w != nil {

@@ -69,7 +69,7 @@ func (s *Supervisor) evict(fx residency.Evict) {
 	err := observe(func() error {
 		return s.traced(streamOf(fx.Gen), ev, func(w Worker) error { return w.Evict(context.Background(), fx.Rung) })
 	})
-	s.report(residency.Evicted{Gen: fx.Gen, Load: fx.Load, Err: err})
+	s.report(residency.Evicted{Gen: fx.Gen, Load: fx.Load, Attempt: fx.Attempt, Err: err})
 }
 
 // probe runs the placement probe on the core's lease. It is bounded by ProbeTimeout, whoever
@@ -88,7 +88,7 @@ func (s *Supervisor) probe(fx residency.ProbeShape) {
 			return err
 		})
 	})
-	s.send(context.Background(), input{in: residency.Probed{Gen: fx.Gen, Load: fx.Load, Cell: fx.Cell, Device: device, CPU: cpu, Err: err},
+	s.send(context.Background(), input{in: residency.Probed{Gen: fx.Gen, Load: fx.Load, Attempt: fx.Attempt, Cell: fx.Cell, Device: device, CPU: cpu, Err: err},
 		judge: fx.Judge})
 }
 

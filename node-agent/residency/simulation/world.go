@@ -183,11 +183,11 @@ func (w *world) effect(fx residency.Effect) {
 					delete(p.resident, fx.Rung)
 				}
 				delete(w.evicting, fx.Cell)
-				s.report(residency.Evicted{Gen: fx.Gen, Load: fx.Load, Err: err})
+				s.report(residency.Evicted{Gen: fx.Gen, Load: fx.Load, Attempt: fx.Attempt, Err: err})
 			})
 		}, fail: func() {
 			delete(w.evicting, fx.Cell)
-			s.report(residency.Evicted{Gen: fx.Gen, Load: fx.Load, Err: errFault})
+			s.report(residency.Evicted{Gen: fx.Gen, Load: fx.Load, Attempt: fx.Attempt, Err: errFault})
 		}})
 	case residency.ProbeShape:
 		p := w.proc(fx.Gen)
@@ -208,10 +208,10 @@ func (w *world) effect(fx residency.Effect) {
 				return
 			}
 			w.finish(p, c, d, func() {
-				s.report(residency.Probed{Gen: fx.Gen, Load: fx.Load, Cell: fx.Cell, Device: time.Millisecond, CPU: 3 * time.Millisecond, Err: err, Verdict: verdict})
+				s.report(residency.Probed{Gen: fx.Gen, Load: fx.Load, Attempt: fx.Attempt, Cell: fx.Cell, Device: time.Millisecond, CPU: 3 * time.Millisecond, Err: err, Verdict: verdict})
 			})
 		}, fail: func() {
-			s.report(residency.Probed{Gen: fx.Gen, Load: fx.Load, Cell: fx.Cell, Err: errFault})
+			s.report(residency.Probed{Gen: fx.Gen, Load: fx.Load, Attempt: fx.Attempt, Cell: fx.Cell, Err: errFault})
 		}})
 	case residency.ConfirmExit:
 		w.confirmExit(fx.Gen)
