@@ -220,4 +220,22 @@ var mutants = []mutant{
 		Old:  `	member := w.Member && sh.cohort.protects(c.now) && sh.cohort.members[w.Ticket]`,
 		New:  `	member := sh.cohort.protects(c.now)`,
 	},
+	{
+		Name: "eviction-attempt-not-matched", Rule: "a late report of a refused eviction never settles the next eviction of the same load",
+		File: "node-agent/residency/eviction.go",
+		Old:  ` || sh.unknownOutcome || sh.attempt != in.Attempt {`,
+		New:  ` || sh.unknownOutcome {`,
+	},
+	{
+		Name: "probe-attempt-not-matched", Rule: "a late report of a probe never settles a later probe of the same load",
+		File: "node-agent/residency/probe.go",
+		Old:  `	if sh == nil || !sh.probe.running || sh.probe.attempt != in.Attempt {`,
+		New:  `	if sh == nil || !sh.probe.running {`,
+	},
+	{
+		Name: "insert-passes-put-back-head", Rule: "queued compiles start in start-key order behind a job put back at the head",
+		File: "node-agent/compilequeue/queue.go",
+		Old:  `		if other.parked || other.Retried || other.Recycled {`,
+		New:  `		if other.parked {`,
+	},
 }
