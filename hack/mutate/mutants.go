@@ -238,4 +238,62 @@ var mutants = []mutant{
 		Old:  `		if other.parked || other.Retried || other.Recycled {`,
 		New:  `		if other.parked {`,
 	},
+	{
+		Name: "head-unchecked-before-evicting", Rule: "the queue head's prediction is checked against its bound before anything is dispatched or evicted for it",
+		File: "node-agent/residency/schedule.go",
+		Old: `			c.refuseQueued(c.queue.CheckHead(now, head))
+			switch c.makeRoom(head) {`,
+		New: `			switch c.makeRoom(head) {`,
+	},
+	{
+		Name: "exit-no-unpark", Rule: "a parked retry is unparked when its victim's worker exits",
+		File: "node-agent/residency/lifecycle.go",
+		Old: `		if j := sh.unpark; j != nil {
+			sh.unpark = nil
+			c.queue.Unpark(j)
+		}
+		if sh.state == admitting {`,
+		New: `		if sh.state == admitting {`,
+	},
+	{
+		Name: "retry-forever", Rule: "an admission refused for resources is retried once",
+		File: "node-agent/residency/admission.go",
+		Old:  `	case we.Code == string(refusal.ResourcesExhausted) && waited && !j.Retried && m.state == running:`,
+		New:  `	case we.Code == string(refusal.ResourcesExhausted) && waited && m.state == running:`,
+	},
+	{
+		Name: "backstop-stale-retry", Rule: "a wait that reaches the 600 s backstop is answered shape_compiling with a fresh prediction",
+		File: "node-agent/residency/schedule.go",
+		Old:  `			retry = max(retry, c.queue.ReadyAt(c.now, head).Sub(c.now))`,
+		New:  ``,
+	},
+	{
+		Name: "recovering-delays-others", Rule: "a recovering worker's queued compiles do not delay others' predictions",
+		File: "node-agent/compilequeue/queue.go",
+		Old:  `		if q.recovering[other.Owner] && other != j {`,
+		New:  `		if false && q.recovering[other.Owner] && other != j {`,
+	},
+	{
+		Name: "recycled-to-tail", Rule: "a recycled admission is put back at the head of the queue",
+		File: "node-agent/compilequeue/queue.go",
+		Old: `	j.Recycled, j.Background = true, false
+	q.queued = slices.Insert(q.queued, 0, j)`,
+		New: `	j.Recycled, j.Background = true, false
+	q.queued = append(q.queued, j)`,
+	},
+	{
+		Name: "outstanding-call-ignored", Rule: "after a confirmed exit, an admission whose call has not returned keeps the gate until it returns (at most the hold)",
+		File: "node-agent/residency/lifecycle.go",
+		Old: `			if c.queue.Running() == sh.job {
+				c.holdGate(sh.job, sh.load, in.Gen, c.holdUntil(m), true)
+			}`,
+		New: `			c.queue.Finish(sh.job)`,
+	},
+	{
+		Name: "accept-no-promise", Rule: "an accepted request's prediction is a promise too: the job is kept twice it",
+		File: "node-agent/compilequeue/queue.go",
+		Old: `	j.promise(now, ready.Sub(now))
+	j.waiters[r.Ticket] = w`,
+		New: `	j.waiters[r.Ticket] = w`,
+	},
 }

@@ -174,6 +174,16 @@ func (j *Job) Waiters() []Ticket {
 // the promise was made.
 func (j *Job) DropAt() time.Time { return j.dropAt }
 
+// Limit is when ticket t, waiting for j, must have its shape: its deadline or its admission
+// bound, whichever is first. Zero if t does not wait for j.
+func (j *Job) Limit(t Ticket) time.Time {
+	w, ok := j.waiters[t]
+	if !ok {
+		return time.Time{}
+	}
+	return w.limit()
+}
+
 // HasWaiter reports whether ticket t waits for j.
 func (j *Job) HasWaiter(t Ticket) bool {
 	_, ok := j.waiters[t]

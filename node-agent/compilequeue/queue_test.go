@@ -382,3 +382,42 @@ func TestAParkedHeadKeepsItsPlaceAndItsJoinersUntilUnparked(t *testing.T) {
 		t.Fatalf("elected %+v, want the unparked retry", e)
 	}
 }
+
+// TestAnAcceptedPredictionIsAPromiseToo: a request accepted with a predicted ready time that
+// then leaves (cancelled, say) leaves its compile queued for twice that prediction, as a refused
+// one's retry time keeps it.
+func TestAnAcceptedPredictionIsAPromiseToo(t *testing.T) {
+	q := New(NewCostModel())
+	mustAccept(t, q.Submit(t0, req(1, 4096)))
+	electAndRun(t, q, t0.Add(StartHold)) // the gate is busy for minutes
+	a := q.Submit(t0.Add(time.Second), req(2, 128))
+	mustAccept(t, a)
+	j := q.Find("w1", Shape{"gte", 128})
+	q.Leave(j, 2)
+	promised := a.ReadyAt.Sub(t0.Add(time.Second))
+	if dropped, _, _ := q.Expire(t0.Add(time.Second + 2*promised - time.Millisecond)); len(dropped) != 0 {
+		t.Fatalf("the compile was dropped before twice the %s it was predicted in", promised)
+	}
+	if dropped, _, _ := q.Expire(t0.Add(time.Second + 2*promised)); len(dropped) != 1 {
+		t.Fatal("the compile nobody waits for was not dropped at twice its prediction")
+	}
+}
+
+// TestARecoveringWorkersQueuedCompilesDelayNobodysPrediction: a recovering worker's queued
+// compiles are not elected, so they are not counted in another's predicted ready time.
+func TestARecoveringWorkersQueuedCompilesDelayNobodysPrediction(t *testing.T) {
+	q := New(NewCostModel())
+	mustAccept(t, q.Submit(t0, req(1, 128))) // queued first, with the earlier start key
+	q.SetRecovering("w1", true)
+	at := t0.Add(time.Second)
+	other := Request{Ticket: 2, Owner: "w2", Shape: Shape{"gte", 512}, Layers: 22, Bound: bound}
+	a := q.Submit(at, other)
+	mustAccept(t, a)
+	if q.Queued()[0].Owner != "w1" {
+		t.Fatal("the recovering worker's compile is not ahead of the other")
+	}
+	want := at.Add(StartHold).Add(q.Costs().Predict(Shape{"gte", 512}, 22, false).Cost)
+	if !a.ReadyAt.Equal(want) {
+		t.Fatalf("predicted ready at +%s, want +%s: the recovering worker's compile ahead was counted", a.ReadyAt.Sub(t0), want.Sub(t0))
+	}
+}

@@ -154,7 +154,9 @@ func (c *Core) admissionSucceeded(m *model, sh *shape, j *compilequeue.Job, in A
 // admissionRefused handles an admission the worker refused. Nothing was loaded.
 func (c *Core) admissionRefused(m *model, rung int, j *compilequeue.Job, we *WorkerError) {
 	lane := m.spec.Lane
-	waited := len(j.Waiters()) > 0
+	// A job is worth putting back if a request waits for it, or if a client sent away with
+	// shape_compiling was told its compile stays queued and the promise has not run out.
+	waited := len(j.Waiters()) > 0 || c.now.Before(j.DropAt())
 	switch {
 	case we.Code == protocol.CodeRecycle && m.state == running && !j.Recycled:
 		// The worker asks to be replaced before its compile limit. The admission waits, with

@@ -200,6 +200,23 @@ func (c *Core) checkQueue(fail failf) {
 	if err := c.queue.CheckOrder(); err != nil {
 		fail("queue order: %v", err)
 	}
+	for _, j := range c.queue.Queued() {
+		if j.Parked() && !c.unparks(j) {
+			fail("%s/%d is parked for an eviction that no shape is being released for: it would wait for ever", j.Owner, j.Shape.Rung)
+		}
+	}
+}
+
+// unparks reports whether an eviction on its way will unpark j.
+func (c *Core) unparks(j *compilequeue.Job) bool {
+	for _, lane := range c.lanes {
+		for _, sh := range c.models[lane].shapes {
+			if sh.unpark == j {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkWaiters: every request waits in exactly one place, and every place holds only waiting
@@ -243,12 +260,25 @@ func (c *Core) checkWaiters(fail failf) {
 	}
 }
 
-// checkProgress: the scheduler is work-conserving. After a pass, the gate is not left free while
-// the queue's head could start now (its worker runs, its start hold has passed, nothing parks
-// it, it fits the budget and a shape slot), unless an observation holds every admission back
-// or the core asked to be stepped again at once.
+// checkProgress: the scheduler is work-conserving, and it answers at once what it cannot serve.
+// After a pass, no request waits for the queue's head while the head is predicted ready after
+// the request's limit (the head is checked before anything is dispatched or evicted for it),
+// and the gate is not left free while the head could start now (its worker runs, its start
+// hold has passed, nothing parks it, it fits the budget and a shape slot). Unless an
+// observation holds every admission back, or the core asked to be stepped again at once.
 func (c *Core) checkProgress(fail failf) {
-	if c.queue.Running() != nil || c.observing() || (!c.next.IsZero() && !c.next.After(c.now)) {
+	if c.observing() || (!c.next.IsZero() && !c.next.After(c.now)) {
+		return
+	}
+	if h := c.queue.Head(); h != nil {
+		ready := c.queue.ReadyAt(c.now, h)
+		for _, t := range h.Waiters() {
+			if lim := h.Limit(t); ready.After(lim) {
+				fail("ticket %d still waits for %s/%d, predicted ready %s after its limit", t, h.Owner, h.Shape.Rung, ready.Sub(lim))
+			}
+		}
+	}
+	if c.queue.Running() != nil {
 		return
 	}
 	j := c.queue.Head()

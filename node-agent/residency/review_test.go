@@ -217,3 +217,149 @@ func TestARepeatedProbeRefusalNeverSettlesALaterProbeOfTheSameLoad(t *testing.T)
 		t.Fatalf("the second probe passed, but its request got %+v", a)
 	}
 }
+
+// TestAnAdmissionRefusedForResourcesIsRetriedOnlyOnce: the device refusing an admission for
+// resources evicts one shape and retries once; a second refusal answers its requests, however
+// many idle shapes could still be evicted.
+func TestAnAdmissionRefusedForResourcesIsRetriedOnlyOnce(t *testing.T) {
+	d := newDriver(t, 88)
+	d.load(spec("a"))
+	b := d.load(spec("b"))
+	d.load(spec("c"))
+	d.release(d.lease("a", 128), nil) // two idle victims
+	d.release(d.lease("c", 128), nil)
+	tb := d.acquire("b", 128, time.Time{})
+	d.advance(50 * time.Millisecond)
+	full := func(adm Admit) Admitted {
+		return Admitted{Gen: b, Job: adm.Job, Load: adm.Load, Err: &WorkerError{Code: string(refusal.ResourcesExhausted), Message: "0x20004"}}
+	}
+	d.step(full(d.admit("b", 128)))
+	ev := take(d, "the eviction for the retry", func(Evict) bool { return true })
+	d.step(Evicted{Gen: ev.Gen, Load: ev.Load, Attempt: ev.Attempt})
+	d.advance(time.Millisecond)
+	d.step(full(d.admit("b", 128)))
+	none(d, "a second eviction for a second retry", func(Evict) bool { return true })
+	if got := code(d.answer(tb).Err); got != refusal.ResourcesExhausted {
+		t.Fatalf("after a second refusal the request got %s, want ane_resources_exhausted", got)
+	}
+}
+
+// TestARequestBehindAStarvedHeadAtItsBoundIsToldTheHeadsPrediction: a request for a resident
+// shape that waits behind a starved budget head and reaches its admission bound is answered
+// shape_compiling with the head's fresh prediction, not the one-second floor.
+func TestARequestBehindAStarvedHeadAtItsBoundIsToldTheHeadsPrediction(t *testing.T) {
+	d := newDriver(t, 44)
+	short := spec("a")
+	short.AdmissionBound = 10 * time.Second
+	d.load(short)
+	d.load(spec("b"))
+	wide := spec("c")
+	wide.Identity = "wide" // nothing learned: predicted at the seed's compile cost, seconds
+	d.load(wide)
+	d.lease("a", 128) // held: a/128 can only be freed by its release
+	d.acquire("b", 128, time.Time{})
+	d.advance(50 * time.Millisecond)
+	d.admit("b", 128) // the gate is busy and never answers
+	d.acquire("c", 1024, time.Time{})
+	d.advance(50 * time.Millisecond)
+	if !d.c.Inspect().Starved {
+		t.Fatalf("c/1024 is not a starved head: %s", d.c.Inspect())
+	}
+	blocked := d.acquire("a", 128, time.Time{})
+	if d.c.Inspect().Blocked != 1 {
+		t.Fatalf("the request for a/128 is not blocked behind the head: %s", d.c.Inspect())
+	}
+	d.advance(short.AdmissionBound)
+	head := d.c.queue.ReadyAt(d.now, d.c.queue.Head()).Sub(d.now)
+	if retry := shapeCompiling(t, d.answer(blocked)); retry != max(head, MinRetryAfter) || retry <= MinRetryAfter {
+		t.Fatalf("told to retry after %s, want the head's fresh prediction %s", retry, head)
+	}
+}
+
+// TestARecycledAdmissionRunsFirstOnTheReplacement: an admission whose worker asked to be
+// replaced goes back to the head of the queue; once the replacement runs it starts before the
+// compiles queued behind it.
+func TestARecycledAdmissionRunsFirstOnTheReplacement(t *testing.T) {
+	d := newDriver(t, 100)
+	a := d.load(spec("a"))
+	b := d.load(spec("b"))
+	d.load(spec("c"))
+	d.acquire("a", 128, time.Time{})
+	d.advance(50 * time.Millisecond)
+	adm := d.admit("a", 128)
+	d.acquire("b", 128, time.Time{})
+	d.acquire("c", 128, time.Time{})
+	d.step(Admitted{Gen: a, Job: adm.Job, Load: adm.Load, Err: &WorkerError{Code: "worker_recycle", Message: "compile limit near"}})
+	take(d, "ConfirmExit a", func(c ConfirmExit) bool { return c.Gen == a })
+	d.advance(50 * time.Millisecond)
+	bAdm := d.admit("b", 128) // a recovers: b's compile goes meanwhile
+	d.step(Exited{Gen: a})
+	sp := take(d, "Spawn a#2", func(s Spawn) bool { return s.Gen.N == 2 })
+	d.step(Spawned{Gen: sp.Gen, Conn: "a2"})
+	d.step(Admitted{Gen: b, Job: bAdm.Job, Load: bAdm.Load, Admission: counts(), Took: time.Second})
+	none(d, "c/128's admission ahead of the recycled one", func(adm Admit) bool { return adm.Gen.Lane == "c" })
+	d.admit("a", 128)
+}
+
+// TestACompilePromisedToARefusedClientSurvivesARecycleOrAResourceRefusal: a request refused
+// shape_compiling is told its compile stays queued for its retry. The compile starts with
+// nobody waiting (the client was sent away); if the worker asks to be replaced, or the device
+// refuses it for resources, the admission must be put back as for one a request waits for, or
+// the compile the client was promised is gone when it retries.
+func TestACompilePromisedToARefusedClientSurvivesARecycleOrAResourceRefusal(t *testing.T) {
+	refusedThenStarted := func(t *testing.T, d *driver, lane string) (Admit, time.Duration) {
+		t.Helper()
+		tk := d.acquire(lane, 128, d.now.Add(time.Second)) // a compile takes seconds: refused at once
+		retry := shapeCompiling(t, d.answer(tk))
+		d.advance(50 * time.Millisecond)
+		return d.admit(lane, 128), retry
+	}
+	t.Run("recycled", func(t *testing.T) {
+		d := newDriver(t, 100)
+		a := d.load(spec("a"))
+		adm, retry := refusedThenStarted(t, d, "a")
+		d.step(Admitted{Gen: a, Job: adm.Job, Load: adm.Load, Err: &WorkerError{Code: "worker_recycle", Message: "compile limit near"}})
+		if !d.queued("a", 128) {
+			t.Fatalf("the worker asked to be replaced, and the compile a client was told to come back for in %s is gone", retry)
+		}
+	})
+	t.Run("refused for resources", func(t *testing.T) {
+		d := newDriver(t, 100)
+		d.load(spec("b"))
+		d.release(d.lease("b", 128), nil) // an idle victim for the retry
+		a := d.load(spec("a"))
+		adm, retry := refusedThenStarted(t, d, "a")
+		d.step(Admitted{Gen: a, Job: adm.Job, Load: adm.Load, Err: &WorkerError{Code: string(refusal.ResourcesExhausted), Message: "0x20004"}})
+		if !d.queued("a", 128) {
+			t.Fatalf("the device refused the admission for resources, and the compile a client was told to come back for in %s is gone (not retried)", retry)
+		}
+	})
+}
+
+// TestAParkedRetryIsUnparkedWhenItsVictimsWorkerExits: an admission refused for resources waits
+// at the queue's head for the release of the shape evicted for it. If that shape's worker
+// faults and its exit is confirmed before it acknowledges, the exit freed the shape: the retry
+// must go then, not wait for an acknowledgement that will never come.
+func TestAParkedRetryIsUnparkedWhenItsVictimsWorkerExits(t *testing.T) {
+	d := newDriver(t, 66)
+	a := d.load(spec("a"))
+	b := d.load(spec("b"))
+	d.release(d.lease("a", 128), nil) // the victim
+	held := d.lease("a", 256)
+	tb := d.acquire("b", 128, time.Time{})
+	d.advance(50 * time.Millisecond)
+	adm := d.admit("b", 128)
+	d.step(Admitted{Gen: b, Job: adm.Job, Load: adm.Load, Err: &WorkerError{Code: string(refusal.ResourcesExhausted), Message: "0x20004"}})
+	take(d, "the eviction for the retry", func(e Evict) bool { return e.Gen == a && e.Rung == 128 })
+	// a's other lease faults while the release is on its way; a's exit is confirmed before the
+	// release is ever acknowledged.
+	d.release(held, errBrokenPipe)
+	take(d, "ConfirmExit a", func(c ConfirmExit) bool { return c.Gen == a })
+	d.step(Exited{Gen: a})
+	d.advance(time.Millisecond)
+	retry := d.admit("b", 128)
+	d.step(Admitted{Gen: b, Job: retry.Job, Load: retry.Load, Admission: counts(), Took: time.Second})
+	if !d.answer(tb).Handoff {
+		t.Fatal("the request was not served by the retry")
+	}
+}

@@ -90,6 +90,11 @@ func (c *Core) schedule() {
 		c.refuseQueued(refused)
 		if j != nil {
 			c.startOrResolve(j)
+			// The next head's requests are checked against their bounds now, not a pass later:
+			// one predicted ready too late is answered at once.
+			if head := c.queue.Head(); head != nil {
+				c.refuseQueued(c.queue.CheckHead(now, head))
+			}
 		}
 	}
 
@@ -113,15 +118,10 @@ func (c *Core) schedule() {
 	c.driveObservation()
 	c.watch()
 	// Waiters answered in this pass may have left a job nobody waits for past its drop time.
+	// (Not the starved head's: a refusal moves its drop time, so it is never dropped here.)
 	_, refused, t = c.queue.Expire(now)
 	c.soon(t)
 	c.refuseQueued(refused)
-	if c.starved && c.queue.Head() == nil {
-		// The starved head was dropped: nothing waits for budget any more. Look again at once,
-		// so the requests blocked behind it lease.
-		c.starved, c.starvedLane = false, ""
-		c.soon(c.now)
-	}
 }
 
 // expireWaiters answers the requests that wait outside the queue (behind a starved head or on
