@@ -145,6 +145,8 @@ verify: manifests generate proto kustomize ## Regenerate everything, fail if a c
 helm-lint: helm ## Lint and render the Helm chart; fail if it grants other rights than config/default (which make dev and the e2e suite run under).
 	$(HELM) lint --strict --kube-version $(ENVTEST_K8S_VERSION) charts/synapse-fleet
 	$(HELM) template synapse-fleet charts/synapse-fleet --kube-version $(ENVTEST_K8S_VERSION) >/dev/null
+	$(HELM) template synapse-fleet charts/synapse-fleet --kube-version $(ENVTEST_K8S_VERSION) \
+		--set monitoring.dashboards.enabled=true,monitoring.prometheusRules.enabled=true,metrics.serviceMonitor.enabled=true >/dev/null
 	$(HELM) template synapse-fleet charts/synapse-fleet --namespace synapse-system --kube-version $(ENVTEST_K8S_VERSION) | go run ./hack/chartrbac --config config/default -
 
 ##@ Build
