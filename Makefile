@@ -162,6 +162,7 @@ helm-lint: helm ## Lint and render the Helm chart; fail if it grants other right
 build: ## Build the binaries into bin/.
 	go build -o $(LOCALBIN)/synapse-controller .
 	go build -o $(LOCALBIN)/ ./node-agent/cmd/...
+	go build -o $(LOCALBIN)/ ./kubectl-synapse/cmd/...
 
 .PHONY: run
 run: ## Run the controller against the cluster of the current kubeconfig.

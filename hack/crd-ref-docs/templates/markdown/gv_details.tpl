@@ -1,3 +1,4 @@
+{{- /* From crd-ref-docs v0.3.0 (github.com/elastic/crd-ref-docs, templates/markdown, Apache-2.0); type.tpl adds the CEL rules. */ -}}
 {{- define "gvDetails" -}}
 {{- $gv := . -}}
 
