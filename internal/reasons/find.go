@@ -269,6 +269,11 @@ func (f *finder) index(p *packages.Package, file *ast.File) {
 					continue
 				}
 				f.assigns[obj] = append(f.assigns[obj], at(rhs))
+				if sel, ok := lhs.(*ast.SelectorExpr); ok {
+					if k, ok := sinkField(info, sel); ok {
+						f.sink(k, at(rhs)) // cond.Reason = ...
+					}
+				}
 			}
 		case *ast.ValueSpec:
 			if len(n.Values) == len(n.Names) {
@@ -318,6 +323,28 @@ var sinkFields = []struct {
 	{"/api/v1alpha1", "Fault", "Code", FaultCode},
 	{"/node-agent/httpapi", "apiError", "code", RefusalCode},
 	{"/node-agent/refusal", "Error", "Code", RefusalCode},
+}
+
+// sinkField reports whether sel names a sink field (c.Reason of a condition c), and its kind.
+func sinkField(info *types.Info, sel *ast.SelectorExpr) (Kind, bool) {
+	selection, ok := info.Selections[sel]
+	if !ok || selection.Kind() != types.FieldVal {
+		return "", false
+	}
+	t := selection.Recv()
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	named, ok := t.(*types.Named)
+	if !ok || named.Obj().Pkg() == nil {
+		return "", false
+	}
+	for _, s := range sinkFields {
+		if strings.HasSuffix(named.Obj().Pkg().Path(), s.pkgSuffix) && named.Obj().Name() == s.typeName && sel.Sel.Name == s.field {
+			return s.kind, true
+		}
+	}
+	return "", false
 }
 
 // compositeLit records the values a literal gives to struct fields, and sinks among them.
