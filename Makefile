@@ -8,6 +8,7 @@ KUSTOMIZE_VERSION ?= v5.8.1
 HELM_VERSION ?= v3.22.0
 BUF_VERSION ?= v1.75.0
 PROTOC_GEN_GO_VERSION ?= v1.36.12
+CRD_REF_DOCS_VERSION ?= v0.3.0
 
 LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
@@ -15,6 +16,7 @@ KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
 BUF ?= $(LOCALBIN)/buf-$(BUF_VERSION)
 PROTOC_GEN_GO ?= $(LOCALBIN)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION)
+CRD_REF_DOCS ?= $(LOCALBIN)/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
 # A caller may point envtest at binaries of its own.
 KUBEBUILDER_ASSETS ?= $(LOCALBIN)/k8s/$(ENVTEST_K8S_VERSION)
 export KUBEBUILDER_ASSETS
@@ -54,6 +56,11 @@ generate: controller-gen ## Generate the deepcopy code.
 proto: buf protoc-gen-go ## Generate the worker protocol's Go code from node-agent/protocol.
 	cd node-agent/protocol && $(BUF) generate
 
+.PHONY: docs
+docs: crd-ref-docs ## Generate the API reference (docs/api-reference.md) from the Go types, with their CEL rules' messages.
+	$(CRD_REF_DOCS) --source-path=./api/v1alpha1 --config=hack/crd-ref-docs/config.yaml --renderer=markdown \
+		--templates-dir=hack/crd-ref-docs/templates/markdown --output-path=docs/api-reference.md --log-level=WARN
+
 .PHONY: fmt
 fmt: ## Run go fmt.
 	go fmt ./...
@@ -64,7 +71,7 @@ vet: ## Run go vet, here and for darwin/arm64 (the real Neural Engine path).
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go vet ./...
 
 .PHONY: test
-test: envtest vet ## Run every test suite (unit, envtest, e2e) with the race detector, then the load test on its own, and the HTTP benchmark briefly (its answers checked).
+test: envtest vet docs ## Run every test suite (unit, envtest, e2e) with the race detector, then the load test on its own, and the HTTP benchmark briefly (its answers checked).
 	go test $(GO_TEST_FLAGS) ./...
 	@# The load test skips itself under -race: its agent is a process of its own, never built
 	@# with it, and the test's race-built client would be the bottleneck. It runs here alone,
@@ -137,10 +144,10 @@ fuzz: ## Fuzz the frame decoder, the worker's message handling, the host's Execu
 	go test -run '^$$' -fuzz FuzzEmbeddingsRequest -fuzztime $(FUZZTIME) ./node-agent/httpapi
 	go test -run '^$$' -fuzz FuzzRerankRequest -fuzztime $(FUZZTIME) ./node-agent/httpapi
 
-GENERATED_PATHS := api config charts node-agent/protocol
+GENERATED_PATHS := api config charts node-agent/protocol docs/api-reference.md
 
 .PHONY: verify
-verify: manifests generate proto kustomize ## Regenerate everything, fail if a committed file is stale, build the kustomizations.
+verify: manifests generate proto docs kustomize ## Regenerate everything (the API reference too), fail if a committed file is stale, build the kustomizations.
 	@if ! git diff --quiet -- $(GENERATED_PATHS) || [ -n "$$(git ls-files --others --exclude-standard -- $(GENERATED_PATHS))" ]; then \
 		echo "generated files are stale; run 'make manifests generate proto' and commit:"; \
 		git --no-pager diff --stat -- $(GENERATED_PATHS); git ls-files --others --exclude-standard -- $(GENERATED_PATHS); exit 1; fi
@@ -151,6 +158,8 @@ verify: manifests generate proto kustomize ## Regenerate everything, fail if a c
 helm-lint: helm ## Lint and render the Helm chart; fail if it grants other rights than config/default (which make dev and the e2e suite run under).
 	$(HELM) lint --strict --kube-version $(ENVTEST_K8S_VERSION) charts/synapse-fleet
 	$(HELM) template synapse-fleet charts/synapse-fleet --kube-version $(ENVTEST_K8S_VERSION) >/dev/null
+	$(HELM) template synapse-fleet charts/synapse-fleet --kube-version $(ENVTEST_K8S_VERSION) \
+		--set monitoring.dashboards.enabled=true,monitoring.prometheusRules.enabled=true,metrics.serviceMonitor.enabled=true >/dev/null
 	$(HELM) template synapse-fleet charts/synapse-fleet --namespace synapse-system --kube-version $(ENVTEST_K8S_VERSION) | go run ./hack/chartrbac --config config/default -
 
 ##@ Build
@@ -159,6 +168,7 @@ helm-lint: helm ## Lint and render the Helm chart; fail if it grants other right
 build: ## Build the binaries into bin/.
 	go build -o $(LOCALBIN)/synapse-controller .
 	go build -o $(LOCALBIN)/ ./node-agent/cmd/...
+	go build -o $(LOCALBIN)/ ./kubectl-synapse/cmd/...
 
 .PHONY: run
 run: ## Run the controller against the cluster of the current kubeconfig.
@@ -211,6 +221,11 @@ $(BUF):
 protoc-gen-go: $(PROTOC_GEN_GO)
 $(PROTOC_GEN_GO):
 	$(call go-install-tool,$(PROTOC_GEN_GO),google.golang.org/protobuf/cmd/protoc-gen-go,$(PROTOC_GEN_GO_VERSION),protoc-gen-go)
+
+.PHONY: crd-ref-docs
+crd-ref-docs: $(CRD_REF_DOCS)
+$(CRD_REF_DOCS):
+	$(call go-install-tool,$(CRD_REF_DOCS),github.com/elastic/crd-ref-docs,$(CRD_REF_DOCS_VERSION),crd-ref-docs)
 
 .PHONY: helm
 helm: $(HELM)

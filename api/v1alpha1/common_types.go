@@ -68,7 +68,4 @@ type LocalObjectReference struct {
 const (
 	// ConditionReady summarises an object's other conditions: True when it does its job.
 	ConditionReady = "Ready"
-
-	// ReasonReconciling is set while a controller has not yet observed the latest spec.
-	ReasonReconciling = "Reconciling"
 )

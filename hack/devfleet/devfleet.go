@@ -121,7 +121,7 @@ These Macs let every caller in (--auth=none) over plain HTTP (--tls=none), for t
 fleet only. A Mac of a real fleet serves HTTPS with a certificate from the fleet's signer,
 answers 401 without a bearer token of audience fleet.synapse.dev that the API server accepts,
 and 403 unless RBAC lets its subject create cataloglanes/embeddings (or rerank) of the lane:
-see the README's "Calling a lane".
+see docs/calling-a-lane.md.
 
 Press Ctrl-C to stop everything; the control plane's data is removed.
 `, f.kubeconfig, k, k, k, f.URL(f.macs[0].Name), f.URL(f.macs[0].Name))

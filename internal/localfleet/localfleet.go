@@ -97,7 +97,7 @@ type Options struct {
 	// endpoints then share a port, so one EndpointSlice lists them all, and a blue/green switch
 	// is one update of it: the e2e suite's choice. Otherwise every Mac listens on 127.0.0.1 on a
 	// port of its own (each one's endpoints in a slice of their own) and advertises the
-	// machine's address: make dev's choice, whose ports the README documents.
+	// machine's address: make dev's choice, whose ports the README and docs/development.md document.
 	OwnAddresses bool
 }
 

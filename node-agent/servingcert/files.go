@@ -125,7 +125,7 @@ func (f *Files) report(ctx context.Context) {
 }
 
 // ServeLanes does nothing: the administrator's certificate names what it names (for calls
-// through the lanes' Services, their names: see the README).
+// through the lanes' Services, their names: see docs/trust-model.md).
 func (f *Files) ServeLanes([]types.NamespacedName) {}
 
 // NamesLane is true: whether the administrator's certificate names the lane's Service is the

@@ -158,7 +158,7 @@ var _ = Describe("No finalizer blocks a deletion forever", Ordered, func() {
 		Eventually(gone(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).WithTimeout(20 * time.Second).Should(Succeed())
 	})
 
-	It("follows the README's uninstall path to the end with nothing stuck", func() {
+	It("follows the documented uninstall path to the end with nothing stuck", func() {
 		other := namespace()
 		lane("default", id, 2)
 		lane(other, id, 3)

@@ -15,11 +15,11 @@ limitations under the License.
 */
 
 // Package finalizers checks that no finalizer blocks a deletion forever: a deleted MacNode's
-// placements, a deleted namespace with lanes, and the README's uninstall path. The controllers
+// placements, a deleted namespace with lanes, and the documented uninstall path (docs/installing.md). The controllers
 // run in a manager as the controller's ServiceAccount under the shipped RBAC; each Mac is a
 // small stand-in for the agent's cluster side (heartbeat, and retirement: the finalizer of a
 // deleted placement removed) acting as its own joined identity. envtest runs neither the
-// garbage collector nor the namespace controller: where the README's path relies on them, the
+// garbage collector nor the namespace controller: where that path relies on them, the
 // tests do what they do, and say so.
 package finalizers
 
