@@ -281,7 +281,13 @@ func (a *ANE) Admit(ctx context.Context, rung uint32) (adm Admission, err error)
 				closeRest(i)
 				return fail(deviceError(err))
 			}
-			// aned held it but the load failed: compile once, then load.
+			// aned held it but the load failed: compile once, then load. That compile counts
+			// against the limit like any other (the budget checked above counted only the
+			// programs not held).
+			if a.compiles+1 > a.limit() {
+				closeRest(i)
+				return fail(&Error{Code: CodeRecycle, Message: fmt.Sprintf("rung %d: layer %d was held but did not load (%v), and this worker has made all %d of its compiles: replace it", rung, i, err, a.limit())})
+			}
 			if err := a.compile(p, refs[i].Program); err != nil {
 				closeRest(i)
 				return fail(err)

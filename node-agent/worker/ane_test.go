@@ -547,3 +547,32 @@ func TestTheProbeTimesTheCPUPathItIsGiven(t *testing.T) {
 		t.Fatalf("a CPU path that cannot be readied: %v", err)
 	}
 }
+
+// TestACompileAfterAFailedLoadOfAHeldProgramStaysUnderTheCompileLimit: a held program whose
+// load fails is compiled once, and that compile counts against the limit like any other: at
+// the limit the worker asks to be replaced instead of compiling.
+func TestACompileAfterAFailedLoadOfAHeldProgramStaysUnderTheCompileLimit(t *testing.T) {
+	dir, m := tinyArtifact(t)
+	d := newFakeANE()
+	ids64 := layerIDs(t, d, m, 64)
+	layerIDs(t, d, m, 128)
+	a := &worker.ANE{Device: d, Clock: clock.RealClock{}, CompileLimit: 3}
+	loadANE(t, a, dir)
+	if _, err := a.Admit(context.Background(), 128); err != nil { // three compiles: the limit
+		t.Fatal(err)
+	}
+	for _, id := range ids64 {
+		d.aned[id] = true // held, so the rung needs no compile
+	}
+	d.failLoad[ids64[1]] = "stale"
+	d.take()
+	if _, err := a.Admit(context.Background(), 64); !isCode(err, worker.CodeRecycle) {
+		t.Fatalf("a fourth compile at a limit of three: %v, want %s", err, worker.CodeRecycle)
+	}
+	if calls := d.take(); slices.ContainsFunc(calls, func(c string) bool { return strings.HasPrefix(c, "write+compile") }) {
+		t.Fatalf("the worker compiled past its limit: %v", calls)
+	}
+	if r := a.Resident(); !slices.Equal(r, []uint32{128}) {
+		t.Fatalf("resident %v, want only 128", r)
+	}
+}
