@@ -46,7 +46,7 @@ func TestTheLadderStopsAtTheFirstFailingStageWithTheFrameworksError(t *testing.T
 	}
 	rep := &Report{Schema: ReportSchema}
 	nserr := &ane.CallError{Call: "compile", Domain: "com.apple.appleneuralengine", Code: 3, Detail: "ANECCompile() FAILED"}
-	runLadder(rep, []stage{pass("one"), {"two", func(s *StageResult) error { ran = append(ran, "two"); return fmt.Errorf("linear: %w", nserr) }}, pass("three")}, tick())
+	runLadder(rep, []stage{pass("one"), {"two", func(s *StageResult) error { ran = append(ran, "two"); return fmt.Errorf("linear: %w", nserr) }}, pass("three")}, tick(), func() {})
 	if rep.Passed || len(ran) != 2 || ran[1] != "two" {
 		t.Fatalf("passed %t, ran %v: want a failed ladder that never ran stage three", rep.Passed, ran)
 	}
