@@ -17,7 +17,9 @@ limitations under the License.
 package mil
 
 import (
+	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -125,5 +127,59 @@ func TestAPaddedPositionStaysFiniteThroughANorm(t *testing.T) {
 	// What a flushed epsilon would do to the padded positions: pow(0 + 0, -0.5) * 0.
 	if v := float32(math.Pow(0, -0.5)) * 0; !math.IsNaN(float64(v)) {
 		t.Fatalf("0 * pow(0, -0.5) = %v; the hazard this guards against is gone", v)
+	}
+}
+
+// TestAttentionAtLargeRungsIsTiledOverQueryRowsWithinTheWorkingSet: at S = 8192 in the shapes
+// of both catalog families the scores are computed for tiles of query rows, each tile's
+// scores and structural mask within MaxWorkingSet (the validator checks every tensor), the
+// tiles covering every query once, in order; at S = 512 nothing is tiled.
+func TestAttentionAtLargeRungsIsTiledOverQueryRowsWithinTheWorkingSet(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		a         Attention
+		seq, rows int
+	}{
+		{"qwen3", Attention{Heads: 16, KVHeads: 8, HeadDim: 128, Causal: true}, 8192, 128},
+		{"modernbert local", Attention{Heads: 12, KVHeads: 12, HeadDim: 64, Window: 128}, 8192, 128},
+		{"modernbert global", Attention{Heads: 12, KVHeads: 12, HeadDim: 64}, 2048, 512},
+		{"qwen3 at 512", Attention{Heads: 16, KVHeads: 8, HeadDim: 128, Causal: true}, 512, 512},
+	} {
+		q, kv := tc.a.Heads*tc.a.HeadDim, tc.a.KVHeads*tc.a.HeadDim
+		g, x := NewGraph(q+2*kv, tc.seq)
+		mask := g.Mask()
+		y := g.Attention("attn", g.Slice("q", x, 0, q), g.Slice("k", x, q, q+kv), g.Slice("v", x, q+kv, q+2*kv), mask, tc.a)
+		p, err := g.Program(y)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := tileRows(tc.a.Heads, tc.seq); got != tc.rows {
+			t.Fatalf("%s: %d rows a tile, want %d", tc.name, got, tc.rows)
+		}
+		if tc.rows == tc.seq {
+			if strings.Contains(p.Text, "_tile") {
+				t.Fatalf("%s: tiled at S = %d", tc.name, tc.seq)
+			}
+			continue
+		}
+		begins := regexp.MustCompile(`attn_qbegin_tile(\d+) = const\(\)\[name = string\("attn_qbegin_tile\d+"\), val = tensor<int32, \[4\]>\(\[0, 0, (\d+), 0\]\)\]`).FindAllStringSubmatch(p.Text, -1)
+		if len(begins) != tc.seq/tc.rows {
+			t.Fatalf("%s: %d tiles, want %d", tc.name, len(begins), tc.seq/tc.rows)
+		}
+		for i, b := range begins {
+			if b[1] != fmt.Sprint(i) || b[2] != fmt.Sprint(i*tc.rows) {
+				t.Fatalf("%s: tile %s starts at row %s, want tile %d at %d", tc.name, b[1], b[2], i, i*tc.rows)
+			}
+		}
+		if n := strings.Count(p.Text, "_khi = const()"); tc.a.Causal && n != 1 {
+			t.Fatalf("%s: the key ramps are declared %d times", tc.name, n)
+		}
+	}
+	// One head at S = 4096 holds exactly MaxWorkingSet of scores: not tiled, and allowed.
+	g, x := NewGraph(3*64, 4096)
+	mask := g.Mask()
+	y := g.Attention("attn", g.Slice("q", x, 0, 64), g.Slice("k", x, 64, 128), g.Slice("v", x, 128, 192), mask, Attention{Heads: 1, KVHeads: 1, HeadDim: 64})
+	if p, err := g.Program(y); err != nil || strings.Contains(p.Text, "_tile") {
+		t.Fatalf("32 MiB of scores: %v", err)
 	}
 }
