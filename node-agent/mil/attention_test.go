@@ -183,3 +183,73 @@ func TestAttentionAtLargeRungsIsTiledOverQueryRowsWithinTheWorkingSet(t *testing
 		t.Fatalf("32 MiB of scores: %v", err)
 	}
 }
+
+// TestANormHoldsLargeAndSmallPositionsInFP16: a late layer's residual (hundreds: its squares
+// pass fp16's 65,504), an early layer's (thousandths: below the smallest normal epsilon),
+// one with a single outlier channel, and a padded all-zero position all come out of the norms,
+// evaluated as the device holds every value, within cosine 0.9999 of the exact norm with the
+// model's own epsilon; the zero position comes out zero, not NaN.
+func TestANormHoldsLargeAndSmallPositionsInFP16(t *testing.T) {
+	const c, seq, eps = 256, 64, 1e-6
+	x := make([]float32, c*seq)
+	for i := range c {
+		x[i*seq+0] = float32(300 + i%7)              // late residual
+		x[i*seq+1] = float32(0.003 * float64(1+i%5)) // early, small
+		x[i*seq+2] = float32(0.5 * math.Sin(float64(i)))
+		x[i*seq+3] = 0 // padding
+	}
+	x[5*seq+2] = 900 // an outlier channel
+	gamma := make([]float32, c)
+	for i := range gamma {
+		gamma[i] = 1 + float32(i%3)/8
+	}
+	for _, kind := range []string{"rms", "layer"} {
+		g, in := NewGraph(c, seq)
+		var y Value
+		if kind == "rms" {
+			y = g.RMSNorm("n", in, gamma, eps)
+		} else {
+			y = g.LayerNorm("n", in, gamma, eps)
+		}
+		if _, err := g.Program(y); err != nil {
+			t.Fatal(err)
+		}
+		got, err := g.Eval(x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := range 4 {
+			col := make([]float64, c)
+			var mean float64
+			for i := range c {
+				col[i] = float64(x[i*seq+s])
+				mean += col[i] / c
+			}
+			var ms float64
+			for i := range c {
+				if kind == "layer" {
+					col[i] -= mean
+				}
+				ms += col[i] * col[i] / c
+			}
+			var dot, gg, ww float64
+			for i := range c {
+				want := col[i] / math.Sqrt(ms+eps) * float64(gamma[i])
+				v := float64(got[i*seq+s])
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					t.Fatalf("%s norm, position %d: %v", kind, s, v)
+				}
+				dot, gg, ww = dot+v*want, gg+v*v, ww+want*want
+			}
+			if s == 3 {
+				if gg != 0 {
+					t.Fatalf("%s norm: the padded position is not zero", kind)
+				}
+				continue
+			}
+			if cos := dot / math.Sqrt(gg*ww); cos < 0.9999 || math.Abs(math.Sqrt(gg/ww)-1) > 0.01 {
+				t.Fatalf("%s norm, position %d: cosine %v, norm ratio %v", kind, s, cos, math.Sqrt(gg/ww))
+			}
+		}
+	}
+}

@@ -161,7 +161,8 @@ type opSpec struct {
 // knownOps are the operations programs may use: each is one the references compile and run
 // on the device in this form. Sources: jafreck/ironmill docs/design/ane/ane-op-support-matrix.md
 // (compiled, executed and checked on the device: add, sub, mul, pow with a scalar exponent,
-// abs, erf, silu, softmax, reduce_mean over axis 1 and -1, matmul with transpose flags,
+// abs, erf, silu, softmax, reduce_mean and reduce_max over axis 1 and -1, maximum, matmul
+// with transpose flags,
 // concat, tile, slice and reshape as intermediates, greater, select, rsqrt with epsilon);
 // maderix/ANE training/stories_mil.h and maderix/h3.c-ane h3_ane_block.m (conv 1x1, reshape,
 // transpose, slice_by_size, matmul with transpose_y, softmax, pow(x, -0.5) in working
@@ -179,6 +180,8 @@ var knownOps = map[string]opSpec{
 	"silu":        {args: map[string]argKind{"x": data}, infer: inferSame},
 	"softmax":     {args: map[string]argKind{"x": data, "axis": intParam}, infer: inferSame},
 	"reduce_mean": {args: map[string]argKind{"x": data, "axes": intsParam, "keep_dims": boolParam}, infer: inferReduce},
+	"reduce_max":  {args: map[string]argKind{"x": data, "axes": intsParam, "keep_dims": boolParam}, infer: inferReduce},
+	"maximum":     {args: map[string]argKind{"x": scalarData, "y": scalarData}, infer: inferBroadcast("fp16", "x", "y")},
 	"matmul":      {args: map[string]argKind{"x": data, "y": data, "transpose_x": boolParam, "transpose_y": boolParam}, infer: inferMatmul},
 	"reshape":     {args: map[string]argKind{"x": data, "shape": intsParam}, infer: inferReshape},
 	"transpose":   {args: map[string]argKind{"x": data, "perm": intsParam}, infer: inferTranspose},
