@@ -59,6 +59,8 @@ type fakeANE struct {
 	// symbols orders a loaded program's input symbols: by name, as the device is reported to,
 	// unless a test says otherwise.
 	symbols func(inputs []string) []string
+	// drift is added to every output value: a device that computes something else.
+	drift float32
 }
 
 func newFakeANE() *fakeANE {
@@ -179,6 +181,11 @@ func (p *fakeProgram) Eval(inputs [][]float32, out []float32) error {
 	}
 	y, err := ly.Graph.EvalMasked(named["x"], named["mask"], ly.Out)
 	copy(out, y)
+	p.d.mu.Lock()
+	for i := range out {
+		out[i] += p.d.drift
+	}
+	p.d.mu.Unlock()
 	return err
 }
 
@@ -574,5 +581,32 @@ func TestACompileAfterAFailedLoadOfAHeldProgramStaysUnderTheCompileLimit(t *test
 	}
 	if r := a.Resident(); !slices.Equal(r, []uint32{128}) {
 		t.Fatalf("resident %v, want only 128", r)
+	}
+}
+
+// TestADeviceThatDoesNotReproduceTheGoldensIsRefusedAtAdmission: the rung's goldens run on the
+// device as it is admitted; a device whose output drifts is refused with a code naming the
+// rung, and every layer it loaded is unloaded.
+func TestADeviceThatDoesNotReproduceTheGoldensIsRefusedAtAdmission(t *testing.T) {
+	dir, m := tinyArtifact(t)
+	d := newFakeANE()
+	ids := layerIDs(t, d, m, 64)
+	d.drift = 0.05
+	a := &worker.ANE{Device: d, Clock: clock.RealClock{}}
+	loadANE(t, a, dir)
+	d.take()
+	_, err := a.Admit(context.Background(), 64)
+	if !isCode(err, "ane_golden_mismatch") || !strings.Contains(err.Error(), "rung 64") {
+		t.Fatalf("a drifting device: %v, want ane_golden_mismatch naming rung 64", err)
+	}
+	if r := a.Resident(); len(r) != 0 {
+		t.Fatalf("resident %v after the refusal", r)
+	}
+	if calls := d.take(); !slices.Contains(calls, "unload "+ids[2]) {
+		t.Fatalf("the loaded layers were not unloaded: %v", calls)
+	}
+	d.drift = 0
+	if _, err := a.Admit(context.Background(), 64); err != nil {
+		t.Fatalf("a faithful device: %v", err)
 	}
 }
