@@ -29,6 +29,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/x448/float16"
+
 	"github.com/ck-synapse/synapse-fleet/node-agent/ane"
 	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
 )
@@ -183,8 +185,14 @@ func TestEveryProgramOfTheLadderIsValidAndWithinTheBudget(t *testing.T) {
 				t.Fatalf("%s: input %s has %d values for %d", spec.name, in.Name, len(p.inputs[in.Name]), in.Values())
 			}
 		}
-		if spec.stage == 3 && len(p.prog.Inputs) != 2 {
-			t.Fatalf("stage 3's program takes %d inputs", len(p.prog.Inputs))
+		if spec.stage == 3 && (len(p.prog.Inputs) != 2 || strings.Contains(p.prog.Text, "matmul") || strings.Contains(p.prog.Text, "softmax")) {
+			t.Fatalf("stage 3's program takes %d inputs and must be a plain add of them, before any attention:\n%s", len(p.prog.Inputs), p.prog.Text)
+		}
+		if spec.stage == 3 {
+			out, err := p.reference()
+			if err != nil || out[0] != fp16(p.inputs["x"][0]) || out[formSeq-1] != fp16(fp16(p.inputs["x"][formSeq-1])+mil.MaskNegative) {
+				t.Fatalf("stage 3's reference is not x plus the mask: %v", err)
+			}
 		}
 		if spec.stage == 5 {
 			continue // full-size: the family tests check these layers' reference
@@ -204,6 +212,8 @@ func TestEveryProgramOfTheLadderIsValidAndWithinTheBudget(t *testing.T) {
 		t.Fatalf("%d programs: over the default compile budget of 60", n)
 	}
 }
+
+func fp16(v float32) float32 { return float16.Fromfloat32(v).Float32() }
 
 func TestComparingFlagsNaNAndDifferencesBeyondFP16Steps(t *testing.T) {
 	// A device that gives NaN fails the check and still leaves a report JSON can hold.

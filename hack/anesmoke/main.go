@@ -21,12 +21,13 @@ limitations under the License.
 //  1. environment: macOS build, chip, virtual machine or not, the compiler's temporary folder
 //     against TMPDIR, this binary's and the worker's signing identifiers, the launchd domain;
 //  2. one linear layer compiled, loaded, evaluated against the CPU reference;
-//  3. the loaded model's attributes (input symbols, indices, strides) and a two-input program
-//     proving the binding;
+//  3. the loaded model's attributes (input symbols, indices, strides) and a plain two-input add
+//     proving the binding before any attention depends on it;
 //  4. each operation form the families use, alone;
 //  5. one full-size layer of each catalog family at 128 and 512 positions, with the probe's
 //     device, Go reference and Accelerate timings;
-//  6. a second process finding every program in aned's cache and loading it without compiling.
+//  6. a second process finding every program in aned's cache or its kept compiled folder and
+//     loading it without compiling (or compiling once, and saying why).
 //
 // It prints a table and writes a JSON report to attach to a bug, after every check: the
 // ladder runs in a child process, and a child that dies (an Objective-C exception, a bad

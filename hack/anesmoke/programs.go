@@ -63,10 +63,11 @@ func specs() []programSpec {
 			g, x := mil.NewGraph(formChannels, formSeq)
 			return finish("linear 64x64", g, g.Linear("y", x, formChannels, randomMatrix("linear", formChannels, formChannels)), false)
 		}},
-		{3, "two inputs: attention with the key mask", func() (smokeProgram, error) {
-			return form("two inputs", true, func(g *mil.Graph, x, mask mil.Value) mil.Value {
-				return attention(g, x, mask, mil.Attention{Heads: 2, KVHeads: 2, HeadDim: 32})
-			})
+		// A plain add of the two inputs, so a binding failure is told apart from an attention
+		// failure (attention comes in stage 4).
+		{3, "two inputs: x plus the key mask", func() (smokeProgram, error) {
+			g, x := mil.NewGraph(formChannels, formSeq)
+			return finish("two inputs", g, g.AddMask("y", x, g.Mask()), true)
 		}},
 	}
 	for _, f := range forms {
@@ -110,10 +111,10 @@ var forms = []struct {
 	{"silu", false, func(g *mil.Graph, x, _ mil.Value) mil.Value { return g.SiLU("y", x) }},
 	{"gelu from erf", false, func(g *mil.Graph, x, _ mil.Value) mil.Value { return g.GELUExact("y", x) }},
 	{"slice_by_size", false, func(g *mil.Graph, x, _ mil.Value) mil.Value { return g.Slice("y", x, 16, 48) }},
-	{"layer norm (reduce_mean, sub, pow)", false, func(g *mil.Graph, x, _ mil.Value) mil.Value {
+	{"layer norm (reduce_mean, sub, abs, reduce_max, maximum, pow)", false, func(g *mil.Graph, x, _ mil.Value) mil.Value {
 		return g.LayerNorm("y", x, randomVector("ln gamma", x.Channels(), 1), gteModernBERTBase.NormEps)
 	}},
-	{"rms norm (reduce_mean, pow)", false, func(g *mil.Graph, x, _ mil.Value) mil.Value {
+	{"rms norm (abs, reduce_max, maximum, reduce_mean, pow)", false, func(g *mil.Graph, x, _ mil.Value) mil.Value {
 		return g.RMSNorm("y", x, randomVector("rms gamma", x.Channels(), 1), qwen3Embedding06B.NormEps)
 	}},
 	{"attention (reshape, transpose, matmul, softmax)", true, func(g *mil.Graph, x, mask mil.Value) mil.Value {

@@ -526,6 +526,24 @@ func (g *Graph) RMSNorm(name string, x Value, gamma []float32, eps float32) Valu
 	})
 }
 
+// AddMask adds the key mask to every channel of x: the simplest program of two inputs, which
+// the ladder runs to check that a request binds two inputs before any attention depends on it.
+func (g *Graph) AddMask(name string, x, mask Value) Value {
+	if mask.name != "mask" {
+		g.fail("%s: the key mask must be the graph's mask input", name)
+	}
+	b := g.block()
+	b.op(g.tensor(x.channels), name, fmt.Sprintf("add(x = %s, y = %s)", x.name, mask.name))
+	seq := g.seq
+	return g.add(b, Value{name: name, channels: x.channels}, func(env map[string][]float32, p precision) []float32 {
+		xs, m, out := env[x.name], env[mask.name], make([]float32, len(env[x.name]))
+		for i, v := range xs {
+			out[i] = v + m[i%seq]
+		}
+		return p.s(out)
+	})
+}
+
 // Scale multiplies x by the constant s.
 func (g *Graph) Scale(name string, x Value, s float32) Value {
 	b := g.block()
