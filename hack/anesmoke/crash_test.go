@@ -19,6 +19,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -226,5 +227,69 @@ func TestTheLogCommandReadsAnedAndTheCompilerService(t *testing.T) {
 		if !strings.Contains(cmd, want) {
 			t.Errorf("%q lacks %q", cmd, want)
 		}
+	}
+}
+
+// fakeLoadable is a model on a device that holds room programs.
+type fakeLoadable struct {
+	fakeModel
+	dev    *fakeDevice
+	loaded bool
+}
+
+type fakeDevice struct {
+	room, resident, closed int
+	code                   int
+}
+
+func (f *fakeLoadable) Load() error {
+	if f.dev.resident >= f.dev.room {
+		return &ane.CallError{Call: "load", Domain: "com.apple.appleneuralengine", Code: f.dev.code, ResourcesExhausted: f.dev.code == 0x20004}
+	}
+	f.dev.resident++
+	f.loaded = true
+	return f.fakeModel.Load()
+}
+
+func (f *fakeLoadable) Unload() error {
+	if f.loaded {
+		f.dev.resident--
+	}
+	return nil
+}
+func (f *fakeLoadable) Close() { f.dev.closed++ }
+
+// TestTheCapacityStageLoadsUntilRefusedAndJudgesTheBudgetAndTheCode: programs are loaded until
+// the device refuses one; the count, the code and whether the worker reads it as the device
+// being full are recorded, everything is unloaded, and a device that holds fewer programs
+// than the residency budget fails the stage with the number to set.
+func TestTheCapacityStageLoadsUntilRefusedAndJudgesTheBudgetAndTheCode(t *testing.T) {
+	for name, tc := range map[string]struct {
+		room, code int
+		want       string
+		fails      bool
+	}{
+		"ironmill's 55":           {55, 0x20004, "held 55 programs and refused the next (com.apple.appleneuralengine 131076", true},
+		"the budget, then full":   {120, 0x20004, "100 programs resident at once, none refused", false},
+		"an unknown refusal code": {100, 7, "100 programs resident at once, none refused", false},
+	} {
+		dev := &fakeDevice{room: tc.room, code: tc.code}
+		b := &budget{limit: 200}
+		c, err := fill(func(int) (loadable, error) { return &fakeLoadable{dev: dev}, nil }, b, residencyBudget(), tick())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if dev.resident != 0 || dev.closed != c.Tried {
+			t.Fatalf("%s: %d left resident, %d of %d closed", name, dev.resident, dev.closed, c.Tried)
+		}
+		detail, err := judgeCapacity(c)
+		if (err != nil) != tc.fails || !strings.Contains(detail+fmt.Sprint(err), tc.want) {
+			t.Errorf("%s: %q, %v; want %q (fails %t)", name, detail, err, tc.want, tc.fails)
+		}
+	}
+	// A refusal at the budget's edge with a code the worker does not know fails by its code.
+	c := Capacity{Loaded: 100, Budget: 100, Refusal: &StageError{Domain: "d", Code: 7}}
+	if _, err := judgeCapacity(c); err == nil || !strings.Contains(err.Error(), "does not read as the device being full") {
+		t.Fatalf("an unrecognised code: %v", err)
 	}
 }

@@ -27,7 +27,10 @@ limitations under the License.
 //  5. one full-size layer of each catalog family at 128 and 512 positions, with the probe's
 //     device, Go reference and Accelerate timings;
 //  6. a second process finding every program in aned's cache or its kept compiled folder and
-//     loading it without compiling (or compiling once, and saying why).
+//     loading it without compiling (or compiling once, and saying why);
+//  7. a third process loading distinct small programs until the device refuses one: how many
+//     it holds against the residency budget, and whether the worker reads the refusal as the
+//     device being full.
 //
 // It prints a table and writes a JSON report to attach to a bug, after every check: the
 // ladder runs in a child process, and a child that dies (an Objective-C exception, a bad
@@ -54,6 +57,8 @@ type options struct {
 	timeoutFactor float64
 	// cacheCheck: this process is stage 6's second process; it writes its findings to stdout.
 	cacheCheck bool
+	// fillDevice: this process is the capacity stage's; it writes what it found to stdout.
+	fillDevice bool
 	// child: this process runs the ladder for a supervising parent, which keeps the report
 	// however the child ends.
 	child bool
@@ -80,6 +85,7 @@ func main() {
 	flag.Float64Var(&o.timeoutFactor, "timeout-factor", 1, "scales the compile and load bounds, which grow with the rung (at least 1)")
 	flag.BoolVar(&o.cacheCheck, "cache-check", false, "internal: run as stage 6's second process")
 	flag.BoolVar(&o.child, "child", false, "internal: run the ladder for a supervising parent")
+	flag.BoolVar(&o.fillDevice, "fill-device", false, "internal: run as the capacity stage's process")
 	flag.StringVar(&show, "print", "", "print the table of a report written earlier (by the LaunchDaemon run, say) and exit")
 	flag.Parse()
 	if show != "" {

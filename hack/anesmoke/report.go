@@ -119,6 +119,8 @@ type StageResult struct {
 	Checks []Check     `json:"checks,omitempty"`
 	// Attributes is the raw modelAttributes of stage 3's program.
 	Attributes map[string]any `json:"attributes,omitempty"`
+	// Capacity is what the capacity stage found.
+	Capacity *Capacity `json:"capacity,omitempty"`
 }
 
 // Check is one program a stage compiled, loaded and evaluated.

@@ -30,6 +30,7 @@ import (
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/ane"
 	"github.com/ck-synapse/synapse-fleet/node-agent/ane/accelerate"
+	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
 )
 
 // ladder is one run's state.
@@ -50,6 +51,10 @@ func run(o options) (bool, error) {
 	if o.cacheCheck {
 		ane.Trace = announce(os.Stderr)
 		return cacheCheck(o)
+	}
+	if o.fillDevice {
+		ane.Trace = announce(os.Stderr)
+		return fillDevice(o)
 	}
 	if !o.child {
 		return superviseLadder(o)
@@ -83,6 +88,7 @@ func run(o options) (bool, error) {
 		{"each operation form alone", func(s *StageResult) error { return l.programs(s, 4, true) }},
 		{"a full layer of each family at 128 and 512", func(s *StageResult) error { return l.programs(s, 5, false) }},
 		{"a second process finds them in aned's cache or the kept folders", l.secondProcess},
+		{"how many programs the device holds at once", l.capacity},
 	}, time.Now, save)
 	rep.Finished = true
 	save()
@@ -318,4 +324,53 @@ func cacheCheck(o options) (bool, error) {
 		return false, err
 	}
 	return passed, nil
+}
+
+// capacity runs this binary as the capacity stage's process (its compiles in a process of
+// their own, under the per-process limit) and judges what it found.
+func (l *ladder) capacity(s *StageResult) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "--fill-device", "--compile-budget", fmt.Sprint(residencyBudget()), "--call-timeout", l.o.callTimeout.String())
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	lastStep, runErr := traced(cmd, os.Stderr)
+	var c Capacity
+	if err := json.Unmarshal(out.Bytes(), &c); err != nil {
+		return fmt.Errorf("the capacity process (%v, last step %q) wrote no findings: %w", runErr, lastStep, err)
+	}
+	s.Capacity = &c
+	detail, err := judgeCapacity(c)
+	s.Detail = detail
+	if err != nil {
+		return err
+	}
+	return runErr
+}
+
+// fillDevice is the capacity stage's process: distinct 64x64 linear layers, loaded until one is
+// refused, then all unloaded; what it found goes to stdout.
+func fillDevice(o options) (bool, error) {
+	r, err := ane.Open()
+	if err != nil {
+		return false, err
+	}
+	r.SetTimeouts(o.timeouts)
+	build := func(i int) (loadable, error) {
+		g, x := mil.NewGraph(formChannels, formSeq)
+		p, err := g.Program(g.Linear("y", x, formChannels, randomMatrix(fmt.Sprintf("capacity %d", i), formChannels, formChannels)))
+		if err != nil {
+			return nil, err
+		}
+		return r.NewModel(p)
+	}
+	c, err := fill(build, &budget{limit: o.budget}, residencyBudget(), time.Now)
+	if err != nil {
+		return false, err
+	}
+	return c.Refusal == nil, json.NewEncoder(os.Stdout).Encode(c)
 }
