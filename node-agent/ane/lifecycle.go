@@ -17,6 +17,7 @@ limitations under the License.
 package ane
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -113,12 +114,18 @@ func (l *lifecycle) compileNow() error {
 }
 
 // loadNow loads the program; after a compile it keeps the compiled folder. A restored kept
-// folder that fails to load is forgotten, so it is compiled, not restored, next time.
+// folder that fails to load is removed and forgotten, so it is compiled, not restored, next
+// time.
 func (l *lifecycle) loadNow() error {
 	trace("load", l.id)
 	if err := l.fw.load(); err != nil {
-		if !l.compiled && l.held == FromKept {
-			_ = l.src.Forget(l.id)
+		if !l.compiled && !notTheProgram(err) {
+			// A held program that does not load is compiled next from a clean folder: the
+			// restored files are not left for the compiler to find beside the sources.
+			_ = l.src.Remove(l.id)
+			if l.held == FromKept {
+				_ = l.src.Forget(l.id)
+			}
 		}
 		return err
 	}
@@ -128,6 +135,13 @@ func (l *lifecycle) loadNow() error {
 		l.keepErr = l.src.Keep(l.id)
 	}
 	return nil
+}
+
+// notTheProgram: the load failed for the device (full, or a call that did not return), not
+// for the compiled program, which stays kept.
+func notTheProgram(err error) bool {
+	var ce *CallError
+	return errors.Is(err, ErrTimeout) || errors.As(err, &ce) && ce.ResourcesExhausted
 }
 
 // unloadNow unloads the program and removes its folder; the kept copy stays.

@@ -44,6 +44,8 @@ type fakeProcess struct {
 	compiledHere  map[string]bool
 	aned          map[string]bool // across processes, when anedRemembers
 	failLoad      int
+	// full: the device refuses loads for resources.
+	full bool
 }
 
 func (f *fakeFramework) id() string { return filepath.Base(f.dir) }
@@ -66,6 +68,9 @@ func (f *fakeFramework) compile() error {
 
 func (f *fakeFramework) load() error {
 	*f.calls = append(*f.calls, "load")
+	if f.proc.full {
+		return &CallError{Call: "load", Code: 0x20004, ResourcesExhausted: true}
+	}
 	if f.proc.failLoad > 0 {
 		f.proc.failLoad--
 		return errors.New("the program does not load")
@@ -160,6 +165,13 @@ func TestAKeptFolderThatDoesNotLoadIsForgottenAndCompiledOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = first.unloadNow()
+	// A device too full to load keeps the kept folder: the program is not at fault.
+	full := newFakeProcess(false, aned)
+	full.full = true
+	blocked := newLifecycle(src, p, full, &calls)
+	if held, _ := blocked.cached(); !held || blocked.loadNow() == nil || !src.Kept(blocked.id) {
+		t.Fatal("a load refused for resources forgot the kept folder")
+	}
 	proc := newFakeProcess(false, aned)
 	proc.failLoad = 1
 	second := newLifecycle(src, p, proc, &calls)
@@ -171,6 +183,9 @@ func TestAKeptFolderThatDoesNotLoadIsForgottenAndCompiledOnce(t *testing.T) {
 	}
 	if src.Kept(second.id) {
 		t.Fatal("a kept folder that did not load is still kept")
+	}
+	if _, err := os.Stat(src.Dir(second.id)); !os.IsNotExist(err) {
+		t.Fatalf("the restored files of a program that did not load are left for the compiler: %v", err)
 	}
 	if err := second.compileNow(); err != nil {
 		t.Fatal(err)
