@@ -31,6 +31,7 @@ import (
 
 	"github.com/x448/float16"
 
+	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 	"github.com/ck-synapse/synapse-fleet/node-agent/ane"
 	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
 )
@@ -273,5 +274,43 @@ func TestTheDaemonPlistRunsTheAgentAsTheLaunchAgentDoesWithAUserName(t *testing.
 		if strings.Contains(p, "<key>EnvironmentVariables</key>") {
 			t.Errorf("the %s plist sets an environment; the compiler needs the user's own temporary folder", name)
 		}
+	}
+}
+
+// TestWithACheckpointStageFiveRunsItsFirstLayerOnRealText: the checkpoint's first layer at 128
+// and 512 replaces the random-weight layers, valid, on the embedding of the tokenizer's
+// encoding of the parity sample, with a finite reference.
+func TestWithACheckpointStageFiveRunsItsFirstLayerOnRealText(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "tiny-qwen3")
+	if err := tinymodel.Write(ck, tinymodel.Qwen3(), 3, 1, tinymodel.Tokenizer); err != nil {
+		t.Fatal(err)
+	}
+	var five []programSpec
+	for _, s := range specsFor(ck) {
+		if s.stage == 5 {
+			five = append(five, s)
+		}
+	}
+	if len(five) != 2 || !strings.Contains(five[0].name, "tiny-qwen3 layer 0 at 128") {
+		t.Fatalf("stage 5: %+v", five)
+	}
+	for _, s := range five {
+		p, err := s.build()
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		out, err := p.reference()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, ok := compare(out, out); !ok || d != 0 {
+			t.Fatalf("%s: the reference is not finite", s.name)
+		}
+		if first := p.inputs["x"][0]; first == 0 {
+			t.Fatalf("%s: the input is not an embedding", s.name)
+		}
+	}
+	if _, err := specsFor(filepath.Join(t.TempDir(), "missing"))[len(specs())-3].build(); err == nil {
+		t.Fatal("a missing checkpoint built")
 	}
 }

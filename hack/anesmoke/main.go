@@ -25,7 +25,8 @@ limitations under the License.
 //     proving the binding before any attention depends on it;
 //  4. each operation form the families use, alone;
 //  5. one full-size layer of each catalog family at 128 and 512 positions, with the probe's
-//     device, Go reference and Accelerate timings;
+//     device, Go reference and Accelerate timings (with --checkpoint, that checkpoint's first
+//     layer on the embedding of real text);
 //  6. a second process finding every program in aned's cache or its kept compiled folder and
 //     loading it without compiling (or compiling once, and saying why);
 //  7. a third process loading distinct small programs until the device refuses one: how many
@@ -57,6 +58,8 @@ type options struct {
 	timeoutFactor float64
 	// cacheCheck: this process is stage 6's second process; it writes its findings to stdout.
 	cacheCheck bool
+	// checkpoint, if set, is a checkpoint directory whose first layer stage 5 runs.
+	checkpoint string
 	// fillDevice: this process is the capacity stage's; it writes what it found to stdout.
 	fillDevice bool
 	// child: this process runs the ladder for a supervising parent, which keeps the report
@@ -86,6 +89,7 @@ func main() {
 	flag.BoolVar(&o.cacheCheck, "cache-check", false, "internal: run as stage 6's second process")
 	flag.BoolVar(&o.child, "child", false, "internal: run the ladder for a supervising parent")
 	flag.BoolVar(&o.fillDevice, "fill-device", false, "internal: run as the capacity stage's process")
+	flag.StringVar(&o.checkpoint, "checkpoint", "", "a checkpoint directory (config.json, safetensors, tokenizer.json): stage 5 runs its first layer on real text instead of the catalog shapes with random weights")
 	flag.StringVar(&show, "print", "", "print the table of a report written earlier (by the LaunchDaemon run, say) and exit")
 	flag.Parse()
 	if show != "" {

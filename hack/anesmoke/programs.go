@@ -21,7 +21,10 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
+	"slices"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/convert"
 	"github.com/ck-synapse/synapse-fleet/node-agent/family"
 	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
 )
@@ -55,6 +58,65 @@ var (
 
 // formSeq and formChannels are the shape of stage 4's programs.
 const formSeq, formChannels = 64, 64
+
+// specsFor are the ladder's programs for a run: with a checkpoint, stage 5's full layers are
+// that checkpoint's, on the embedding of real text, instead of the catalog shapes with random
+// weights.
+func specsFor(checkpoint string) []programSpec {
+	s := specs()
+	if checkpoint == "" {
+		return s
+	}
+	s = slices.DeleteFunc(s, func(p programSpec) bool { return p.stage == 5 })
+	return append(s, checkpointSpecs(checkpoint)...)
+}
+
+// checkpointSpecs are the first layer of the checkpoint at 128 and 512 positions, on the
+// embedding of its tokenizer's encoding of the parity sample (random ids when it has no
+// tokenizer), the activations a lane's text gives, not random ones.
+func checkpointSpecs(dir string) []programSpec {
+	var out []programSpec
+	for _, seq := range []int{128, 512} {
+		name := fmt.Sprintf("%s layer 0 at %d (its weights, real text)", filepath.Base(dir), seq)
+		out = append(out, programSpec{5, name, func() (smokeProgram, error) {
+			ck, err := convert.OpenCheckpoint(dir, convert.DefaultPolicy)
+			if err != nil {
+				return smokeProgram{}, err
+			}
+			defer ck.Close()
+			g, y, err := family.Layer(ck.Config, 0, seq, ck.Weights)
+			if err != nil {
+				return smokeProgram{}, err
+			}
+			p, err := g.Program(y)
+			if err != nil {
+				return smokeProgram{}, err
+			}
+			sample, _, err := convert.ParityTokens(ck.Tokenizer, ck.Config.Vocab)
+			if err != nil {
+				return smokeProgram{}, err
+			}
+			toks := make([]int32, seq*3/4)
+			for i := range toks {
+				if sample != nil {
+					toks[i] = sample[i%len(sample)]
+				} else {
+					toks[i] = int32(i % ck.Config.Vocab)
+				}
+			}
+			e, err := family.NewEmbedder(ck.Config, ck.Weights)
+			if err != nil {
+				return smokeProgram{}, err
+			}
+			x, err := e.Input(toks, seq)
+			if err != nil {
+				return smokeProgram{}, err
+			}
+			return smokeProgram{name: name, graph: g, out: y, prog: p, inputs: map[string][]float32{"x": x, "mask": family.KeyMask(len(toks), seq)}}, nil
+		}})
+	}
+	return out
+}
 
 // specs are every program the ladder compiles, by stage.
 func specs() []programSpec {

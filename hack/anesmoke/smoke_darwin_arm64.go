@@ -126,7 +126,7 @@ func superviseLadder(o options) (bool, error) {
 // first failure.
 func (l *ladder) programs(s *StageResult, stageNo int, all bool) error {
 	var first error
-	for _, spec := range specs() {
+	for _, spec := range specsFor(l.o.checkpoint) {
 		if spec.stage != stageNo {
 			continue
 		}
@@ -266,7 +266,8 @@ func (l *ladder) secondProcess(s *StageResult) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "--cache-check", "--compile-budget", fmt.Sprint(len(l.ids)), "--call-timeout", l.o.callTimeout.String())
+	cmd := exec.CommandContext(ctx, exe, "--cache-check", "--compile-budget", fmt.Sprint(len(l.ids)), "--call-timeout", l.o.callTimeout.String(),
+		"--timeout-factor", fmt.Sprint(l.o.timeoutFactor), "--checkpoint", l.o.checkpoint)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	lastStep, runErr := traced(cmd, os.Stderr)
@@ -295,7 +296,7 @@ func cacheCheck(o options) (bool, error) {
 	b := &budget{limit: o.budget}
 	var checks []Check
 	passed := true
-	for _, spec := range specs() {
+	for _, spec := range specsFor(o.checkpoint) {
 		c := Check{Name: spec.name, Status: Failed}
 		if err := func() error {
 			p, err := spec.build()

@@ -302,7 +302,7 @@ func Convert(dst string, ck *Checkpoint, o Options) (m *artifact.Manifest, err e
 		return nil, err
 	}
 	gated := ParityRungs(o.Rungs, o.Policy)
-	sample, input, err := parityTokens(ck.Tokenizer, c.Vocab)
+	sample, input, err := ParityTokens(ck.Tokenizer, c.Vocab)
 	if err != nil {
 		return nil, err
 	}
@@ -425,10 +425,10 @@ type goldens struct {
 	err   error
 }
 
-// parityTokens are the gate's input: the tokenizer's encoding of ParitySample, or nil (random
+// ParityTokens are the gate's input: the tokenizer's encoding of ParitySample, or nil (random
 // token ids) for a checkpoint without a tokenizer, whose lanes take token ids only; input says
 // which, for the manifest.
-func parityTokens(tk []byte, vocab int) ([]int32, string, error) {
+func ParityTokens(tk []byte, vocab int) ([]int32, string, error) {
 	if tk == nil {
 		return nil, "random token ids: the checkpoint has no tokenizer", nil
 	}
