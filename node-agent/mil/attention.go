@@ -113,24 +113,17 @@ func (g *Graph) Attention(name string, q, k, v, mask Value, a Attention) Value {
 	qn, kn, vn := heads("q", q.name), heads("k", kin), heads("v", vin)
 
 	// The per-head norms, over each head's dimensions (the last axis), as h3.c-ane's
-	// emit_head_norm_rope.
+	// emit_head_norm_rope, scaled by each row's largest magnitude first as the channel norms
+	// are (scaledNorm): a query or key head's squares overflow fp16 as a residual's do.
 	var qg, kg stored
 	if a.QNorm != nil || a.KNorm != nil {
-		axes := b.ints(n("normaxes"), 3)
-		keep := b.boolean(n("normkeep"), true)
-		eps := b.scalar(n("normeps"), DeviceEpsilon(a.NormEps))
-		nhalf := b.scalar(n("nhalf"), -0.5)
 		norm := func(which, src string, gamma []float32) (string, stored) {
 			if gamma == nil {
 				return src, stored{}
 			}
 			gname, gw := b.weight(n(which+"norm_gamma"), [4]int{1, 1, 1, d}, gamma)
-			row := t4(1, h, seq, 1)
-			sq := b.op(heads4, n(which+"sq"), fmt.Sprintf("mul(x = %s, y = %s)", src, src))
-			ms := b.op(row, n(which+"ms"), fmt.Sprintf("reduce_mean(axes = %s, keep_dims = %s, x = %s)", axes, keep, sq))
-			ve := b.op(row, n(which+"var"), fmt.Sprintf("add(x = %s, y = %s)", ms, eps))
-			inv := b.op(row, n(which+"inv"), fmt.Sprintf("pow(x = %s, y = %s)", ve, nhalf))
-			n0 := b.op(heads4, n(which+"n0"), fmt.Sprintf("mul(x = %s, y = %s)", src, inv))
+			z, inv := b.scaledNorm(n(which+"norm"), src, heads4, t4(1, h, seq, 1), 3, a.NormEps)
+			n0 := b.op(heads4, n(which+"n0"), fmt.Sprintf("mul(x = %s, y = %s)", z, inv))
 			return b.op(heads4, n(which+"n"), fmt.Sprintf("mul(x = %s, y = %s)", n0, gname)), gw
 		}
 		qn, qg = norm("q", qn, a.QNorm)
@@ -215,7 +208,7 @@ func (g *Graph) Attention(name string, q, k, v, mask Value, a Attention) Value {
 	oshape := b.ints(n("outshape"), 1, h*d, 1, seq)
 	b.op(g.tensor(h*d), name, fmt.Sprintf("reshape(shape = %s, x = %s)", oshape, back))
 
-	ref := attentionRef{a: a, seq: seq, qg: qg, kg: kg, cos: cos, sin: sin, scale: scale, eps: DeviceEpsilon(a.NormEps)}
+	ref := attentionRef{a: a, seq: seq, qg: qg, kg: kg, cos: cos, sin: sin, scale: scale, eps: a.NormEps}
 	return g.add(b, out, func(env map[string][]float32, p precision) []float32 {
 		return ref.eval(env[q.name], env[k.name], env[v.name], env[mask.name], p)
 	})
@@ -365,11 +358,12 @@ func (r attentionRef) eval(q, k, v, mask []float32, p precision) []float32 {
 		if gamma == nil {
 			return
 		}
+		z := make([]float32, d)
 		for _, h := range hs {
 			for _, row := range h {
-				inv := p.rmsInv(row, r.eps)
+				inv := p.scaledNormRef(row, z, r.eps)
 				for i := range row {
-					row[i] = p.v(p.v(row[i]*inv) * gamma[i])
+					row[i] = p.v(p.v(z[i]*inv) * gamma[i])
 				}
 			}
 		}

@@ -401,12 +401,10 @@ func (g *Graph) Slice(name string, x Value, from, to int) Value {
 // never 0 · inf.
 const normFloor = MinNormalFP16
 
-// scaledNorm emits z = x/m and the inverse root of mean(z²) + eps/m² for x of c channels, and
-// returns their names.
-func (b *block) scaledNorm(name, x string, c int, eps float32) (z, inv string) {
-	g := b.g
-	full, row := g.tensor(c), g.tensor(1)
-	axes, keep := b.ints(name+"_axes", 1), b.boolean(name+"_keep", true)
+// scaledNorm emits z = x/m and the inverse root of mean(z²) + eps/m² over axis of x (of type
+// full; row is its type with that axis reduced), and returns their names.
+func (b *block) scaledNorm(name, x, full, row string, axis int, eps float32) (z, inv string) {
+	axes, keep := b.ints(name+"_axes", axis), b.boolean(name+"_keep", true)
 	floor, minus1 := b.scalar(name+"_floor", normFloor), b.scalar(name+"_minus1", -1)
 	rootEps, nhalf := b.scalar(name+"_rooteps", rootEpsilon(eps)), b.scalar(name+"_nhalf", -0.5)
 	a := b.op(full, name+"_abs", fmt.Sprintf("abs(x = %s)", x))
@@ -466,7 +464,7 @@ func (g *Graph) LayerNorm(name string, x Value, gamma []float32, eps float32) Va
 	caxes, ckeep := b.ints(name+"_caxes", 1), b.boolean(name+"_ckeep", true)
 	mean := b.op(row, name+"_cmean", fmt.Sprintf("reduce_mean(axes = %s, keep_dims = %s, x = %s)", caxes, ckeep, x.name))
 	centered := b.op(full, name+"_centered", fmt.Sprintf("sub(x = %s, y = %s)", x.name, mean))
-	z, inv := b.scaledNorm(name, centered, c, eps)
+	z, inv := b.scaledNorm(name, centered, full, row, 1, eps)
 	normed := b.op(full, name+"_norm", fmt.Sprintf("mul(x = %s, y = %s)", z, inv))
 	b.op(full, name, fmt.Sprintf("mul(x = %s, y = %s)", normed, gname))
 	seq := g.seq
@@ -506,7 +504,7 @@ func (g *Graph) RMSNorm(name string, x Value, gamma []float32, eps float32) Valu
 	b := g.block()
 	gname, gref := b.weight(name+"_gamma", [4]int{1, c, 1, 1}, gamma)
 	full := g.tensor(c)
-	z, inv := b.scaledNorm(name, x.name, c, eps)
+	z, inv := b.scaledNorm(name, x.name, full, g.tensor(1), 1, eps)
 	normed := b.op(full, name+"_norm", fmt.Sprintf("mul(x = %s, y = %s)", z, inv))
 	b.op(full, name, fmt.Sprintf("mul(x = %s, y = %s)", normed, gname))
 	seq := g.seq
@@ -644,18 +642,6 @@ func fp16(v float32) float32 { return float16.Fromfloat32(v).Float32() }
 // MinNormalFP16 is the smallest normal fp16 value, 2^-14.
 const MinNormalFP16 = 1.0 / 16384
 
-// DeviceEpsilon is the epsilon a norm's program carries for a model's eps: eps in fp16, or the
-// smallest normal fp16 value when eps is smaller. Both catalog models' epsilons (1e-5, 1e-6)
-// are fp16 subnormals, which the device is reported to flush to zero; a zero epsilon turns
-// an all-zero position (a padded one) into pow(0, -0.5) = inf and then 0 * inf = NaN, which
-// the attention spreads to every position. The CPU reference uses the same value.
-func DeviceEpsilon(eps float32) float32 {
-	if e := fp16(eps); e >= MinNormalFP16 {
-		return e
-	}
-	return MinNormalFP16
-}
-
 // precision is how an evaluation holds activations: rounded to fp16 after every operation, as
 // the device does, or (exact) kept in float32; original reads the constants as they were given.
 type precision struct{ exact, original bool }
@@ -665,18 +651,6 @@ func (p precision) v(x float32) float32 {
 		return x
 	}
 	return fp16(x)
-}
-
-// rmsInv is pow(mean(x^2) + eps, -0.5) as the MIL steps compute it: each square, the mean,
-// the sum and the power rounded in turn, so a square fp16 cannot hold overflows here as it
-// does on the device (the mean is accumulated wider, as the device's reduction is).
-func (p precision) rmsInv(x []float32, eps float32) float32 {
-	var sum float64
-	for _, v := range x {
-		sum += float64(p.v(v * v))
-	}
-	mean := p.v(float32(sum / float64(len(x))))
-	return p.v(float32(math.Pow(float64(p.v(mean+eps)), -0.5)))
 }
 
 func (p precision) s(x []float32) []float32 {
