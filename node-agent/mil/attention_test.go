@@ -104,7 +104,8 @@ func TestLiteralsAreWrittenAsTheDeviceHoldsThemInPlainDecimal(t *testing.T) {
 }
 
 // TestAPaddedPositionStaysFiniteThroughANorm: a position of zeros (padding) through RMSNorm
-// gives zeros, not NaN, because the epsilon the program carries is not flushed to zero.
+// gives zeros, not NaN: its largest magnitude is floored at the smallest normal fp16 value, so
+// the inverse it is scaled by and the epsilon term stay finite.
 func TestAPaddedPositionStaysFiniteThroughANorm(t *testing.T) {
 	const c, seq = 8, 64
 	g, x := NewGraph(c, seq)
@@ -123,7 +124,7 @@ func TestAPaddedPositionStaysFiniteThroughANorm(t *testing.T) {
 			t.Fatalf("value %d is %v", i, v)
 		}
 	}
-	// What a flushed epsilon would do to the padded positions: pow(0 + 0, -0.5) * 0.
+	// What an unguarded norm would do to the padded positions: pow(0 + 0, -0.5) * 0.
 	if v := float32(math.Pow(0, -0.5)) * 0; !math.IsNaN(float64(v)) {
 		t.Fatalf("0 * pow(0, -0.5) = %v; the hazard this guards against is gone", v)
 	}
