@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -312,5 +313,36 @@ func TestWithACheckpointStageFiveRunsItsFirstLayerOnRealText(t *testing.T) {
 	}
 	if _, err := specsFor(filepath.Join(t.TempDir(), "missing"))[len(specs())-3].build(); err == nil {
 		t.Fatal("a missing checkpoint built")
+	}
+}
+
+// TestTheDaemonWrapperStopsWaitingWhenTheJobExits runs daemon.sh against a launchd whose job
+// runs briefly and exits with status 134 (SIGABRT) without a report: the wrapper stops
+// waiting as soon as the job is no longer running (not after its hour's bound) and says how
+// the job ended.
+func TestTheDaemonWrapperStopsWaitingWhenTheJobExits(t *testing.T) {
+	bin, state := t.TempDir(), t.TempDir()
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"+text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("sudo", `exec "$@"`+"\n")
+	write("chown", "exit 0\n")
+	write("launchctl", `[ "$1" = print ] || exit 0
+n=$(cat "$STATE/prints" 2>/dev/null || echo 0); n=$((n + 1)); echo "$n" > "$STATE/prints"
+if [ "$n" -le 2 ]; then echo "	state = running"; else echo "	state = not running"; echo "	last exit code = 134"; fi
+`)
+	write("smoke", "exit 0\n")
+	cmd := exec.Command("/bin/sh", "daemon.sh", filepath.Join(bin, "smoke"), filepath.Join(state, "report.json"))
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "STATE="+state,
+		"ANE_SMOKE_WORK="+filepath.Join(state, "work"), "ANE_SMOKE_DAEMONS="+state)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "the daemon job ended (last exit code: 134) without a report") {
+		t.Fatalf("daemon.sh: %v\n%s", err, out)
+	}
+	prints, _ := os.ReadFile(filepath.Join(state, "prints"))
+	if n := strings.TrimSpace(string(prints)); n != "4" {
+		t.Fatalf("launchctl print was asked %s times: the wrapper should stop at the first answer that the job is not running", n)
 	}
 }

@@ -7,10 +7,10 @@ binary=${1:?usage: daemon.sh SIGNED-SMOKE-BINARY REPORT}
 report=${2:?usage: daemon.sh SIGNED-SMOKE-BINARY REPORT}
 user=${SUDO_USER:-$(id -un)}
 label=dev.synapse-fleet.ane-smoke
-plist=/Library/LaunchDaemons/$label.plist
+plist=${ANE_SMOKE_DAEMONS:-/Library/LaunchDaemons}/$label.plist
 # The job runs from the agent's state folder, which the user owns: a LaunchDaemon may not read
-# a checkout under ~/Documents or ~/Desktop.
-work=/usr/local/var/synapse/ane-smoke
+# a checkout under ~/Documents or ~/Desktop. (Tests point both folders elsewhere.)
+work=${ANE_SMOKE_WORK:-/usr/local/var/synapse/ane-smoke}
 sudo install -d -o "$user" "$work"
 install -m 755 "$binary" "$work/synapse-ane-smoke"
 rm -f "$work/report.json" "$work/smoke.log"
