@@ -63,6 +63,7 @@ func Open() (*Runtime, error) {
 }
 
 func open() (*Runtime, error) {
+	trace("open", "the frameworks, then every private class and selector")
 	if err := loadPoolFuncs(); err != nil {
 		return nil, err
 	}
