@@ -42,6 +42,9 @@ const (
 	keptMarker = "compiled.ok"
 )
 
+// ErrNothingToKeep: after a compile and a load the model's folder held only its sources.
+var ErrNothingToKeep = errors.New("the model's folder holds nothing but its sources after the compile")
+
 // KeptRoot is the folder of every kept compiled folder.
 func (s Sources) KeptRoot() string { return filepath.Join(s.Root, keptFolder) }
 
@@ -68,6 +71,7 @@ func (s Sources) Keep(id string) error {
 	if err := os.RemoveAll(kept); err != nil {
 		return err
 	}
+	files := 0
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -82,8 +86,14 @@ func (s Sources) Keep(id string) error {
 		case d.IsDir():
 			return os.MkdirAll(filepath.Join(kept, rel), 0o700)
 		}
+		files++
 		return mirrorFile(path, filepath.Join(kept, rel))
 	})
+	if err == nil && files == 0 {
+		// Nothing but the sources: the compiler left its output elsewhere (aned's own cache).
+		// An empty copy would be restored as held and fail to load in every new process.
+		err = ErrNothingToKeep
+	}
 	if err != nil {
 		_ = os.RemoveAll(kept)
 		return fmt.Errorf("keeping the compiled folder of %s: %w", id, err)

@@ -198,6 +198,14 @@ func TestAKeptFolderThatDoesNotLoadIsForgottenAndCompiledOnce(t *testing.T) {
 func TestAKeptCopyCutShortIsNeverRestored(t *testing.T) {
 	src := Sources{Root: t.TempDir()}
 	const id = "aa_bb_cc"
+	// A folder of nothing but sources is not kept: an empty copy would be held and fail to
+	// load in every new process.
+	if _, err := src.Write(id, testProgram(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Keep(id); !errors.Is(err, ErrNothingToKeep) || src.Kept(id) {
+		t.Fatalf("keeping only sources: %v, kept %t", err, src.Kept(id))
+	}
 	if err := os.MkdirAll(src.KeptDir(id), 0o700); err != nil {
 		t.Fatal(err)
 	}
