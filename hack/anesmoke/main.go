@@ -26,7 +26,8 @@ limitations under the License.
 //  4. each operation form the families use, alone;
 //  5. one full-size layer of each catalog family at 128 and 512 positions, with the probe's
 //     device, Go reference and Accelerate timings (with --checkpoint, that checkpoint's first
-//     layer on the embedding of real text);
+//     layer on the embedding of real text), and causal attention over 4096 positions, tiled
+//     over query rows as the large rungs' attention is;
 //  6. a second process finding every program in aned's cache or its kept compiled folder and
 //     loading it without compiling (or compiling once, and saying why);
 //  7. a third process loading distinct small programs until the device refuses one: how many

@@ -67,7 +67,7 @@ func specsFor(checkpoint string) []programSpec {
 	if checkpoint == "" {
 		return s
 	}
-	s = slices.DeleteFunc(s, func(p programSpec) bool { return p.stage == 5 })
+	s = slices.DeleteFunc(s, func(p programSpec) bool { return p.stage == 5 && p.name != tiledAttentionSpec().name })
 	return append(s, checkpointSpecs(checkpoint)...)
 }
 
@@ -156,7 +156,29 @@ func specs() []programSpec {
 			}})
 		}
 	}
-	return s
+	return append(s, tiledAttentionSpec())
+}
+
+// tiledSeq is the length at which stage 5's attention is tiled over query rows: two heads'
+// scores over 4096 positions are 64 MiB, past mil.MaxWorkingSet, so it runs as 8 tiles of 512
+// rows, each with its own slice of the structural mask.
+const tiledSeq = 4096
+
+// tiledAttentionSpec is causal attention at tiledSeq, the tiled form no other stage reaches.
+func tiledAttentionSpec() programSpec {
+	const name = "causal attention tiled over query rows at 4096 positions"
+	return programSpec{5, name, func() (smokeProgram, error) {
+		g, x := mil.NewGraph(3*formChannels, tiledSeq)
+		mask := g.Mask()
+		y := attention(g, x, mask, mil.Attention{Heads: 2, KVHeads: 2, HeadDim: 32, Causal: true})
+		out := g.Add("doubled", y, y)
+		p, err := g.Program(out)
+		if err != nil {
+			return smokeProgram{}, err
+		}
+		return smokeProgram{name: name, graph: g, out: out, prog: p, inputs: map[string][]float32{
+			"x": randomVector(name, 3*formChannels*tiledSeq, 1), "mask": family.KeyMask(tiledSeq*3/4, tiledSeq)}}, nil
+	}}
 }
 
 // forms are the building blocks the families' layers are made of, each alone (stage 4).
