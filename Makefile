@@ -183,11 +183,11 @@ goldens: ## Rewrite the golden MIL programs and weight blobs of node-agent/mil a
 	go test -count=1 -run Golden ./node-agent/mil ./node-agent/family -update
 
 .PHONY: ane-smoke
-ane-smoke: ## On a Mac with Apple silicon: the Neural Engine diagnostic ladder (environment, one layer, binding, each operation, full layers, aned's cache); report in bin/ane-smoke-report.json.
+ane-smoke: ## On a Mac with Apple silicon: the Neural Engine diagnostic ladder (environment, one layer, binding, each operation, full layers, aned's cache and the kept folders, how many programs the device holds); report in bin/ane-smoke-report.json, written after every check and kept if the ladder dies. CHECKPOINT=dir runs stage 5 on that checkpoint.
 	@if [ "$$(uname -s)/$$(uname -m)" != "Darwin/arm64" ]; then echo "ane-smoke runs on macOS on Apple silicon only (this is $$(uname -s)/$$(uname -m))" >&2; exit 2; fi
 	go build -o $(LOCALBIN)/synapse-ane-smoke ./hack/anesmoke
 	codesign -f -s - -i synapse-ane-smoke $(LOCALBIN)/synapse-ane-smoke
-	env -u TMPDIR $(LOCALBIN)/synapse-ane-smoke --report $(LOCALBIN)/ane-smoke-report.json
+	env -u TMPDIR $(LOCALBIN)/synapse-ane-smoke --report $(LOCALBIN)/ane-smoke-report.json $(if $(CHECKPOINT),--checkpoint $(CHECKPOINT))
 
 .PHONY: ane-smoke-daemon
 ane-smoke-daemon: ## On a Mac: the same ladder as a LaunchDaemon with UserName (a headless Mac's domain; uses sudo); report in bin/ane-smoke-daemon-report.json.

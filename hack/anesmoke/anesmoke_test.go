@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -29,6 +30,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/x448/float16"
+
+	"github.com/ck-synapse/synapse-fleet/internal/tinymodel"
 	"github.com/ck-synapse/synapse-fleet/node-agent/ane"
 	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
 )
@@ -46,7 +50,7 @@ func TestTheLadderStopsAtTheFirstFailingStageWithTheFrameworksError(t *testing.T
 	}
 	rep := &Report{Schema: ReportSchema}
 	nserr := &ane.CallError{Call: "compile", Domain: "com.apple.appleneuralengine", Code: 3, Detail: "ANECCompile() FAILED"}
-	runLadder(rep, []stage{pass("one"), {"two", func(s *StageResult) error { ran = append(ran, "two"); return fmt.Errorf("linear: %w", nserr) }}, pass("three")}, tick())
+	runLadder(rep, []stage{pass("one"), {"two", func(s *StageResult) error { ran = append(ran, "two"); return fmt.Errorf("linear: %w", nserr) }}, pass("three")}, tick(), func() {})
 	if rep.Passed || len(ran) != 2 || ran[1] != "two" {
 		t.Fatalf("passed %t, ran %v: want a failed ladder that never ran stage three", rep.Passed, ran)
 	}
@@ -183,10 +187,19 @@ func TestEveryProgramOfTheLadderIsValidAndWithinTheBudget(t *testing.T) {
 				t.Fatalf("%s: input %s has %d values for %d", spec.name, in.Name, len(p.inputs[in.Name]), in.Values())
 			}
 		}
-		if spec.stage == 3 && len(p.prog.Inputs) != 2 {
-			t.Fatalf("stage 3's program takes %d inputs", len(p.prog.Inputs))
+		if spec.stage == 3 && (len(p.prog.Inputs) != 2 || strings.Contains(p.prog.Text, "matmul") || strings.Contains(p.prog.Text, "softmax")) {
+			t.Fatalf("stage 3's program takes %d inputs and must be a plain add of them, before any attention:\n%s", len(p.prog.Inputs), p.prog.Text)
+		}
+		if spec.stage == 3 {
+			out, err := p.reference()
+			if err != nil || out[0] != fp16(p.inputs["x"][0]) || out[formSeq-1] != fp16(fp16(p.inputs["x"][formSeq-1])+mil.MaskNegative) {
+				t.Fatalf("stage 3's reference is not x plus the mask: %v", err)
+			}
 		}
 		if spec.stage == 5 {
+			if strings.Contains(spec.name, "tiled") && strings.Count(p.prog.Text, "slice_by_size(begin = attn_qbegin_tile") != tiledSeq/512 {
+				t.Fatalf("%s is not tiled in %d tiles", spec.name, tiledSeq/512)
+			}
 			continue // full-size: the family tests check these layers' reference
 		}
 		out, err := p.reference()
@@ -197,13 +210,15 @@ func TestEveryProgramOfTheLadderIsValidAndWithinTheBudget(t *testing.T) {
 			t.Fatalf("%s: the reference gives non-finite values", spec.name)
 		}
 	}
-	if perStage[2] != 1 || perStage[3] != 1 || perStage[4] != len(forms) || perStage[5] != 4 {
+	if perStage[2] != 1 || perStage[3] != 1 || perStage[4] != len(forms) || perStage[5] != 5 {
 		t.Fatalf("programs per stage: %v", perStage)
 	}
 	if n := len(specs()); n > 60 {
 		t.Fatalf("%d programs: over the default compile budget of 60", n)
 	}
 }
+
+func fp16(v float32) float32 { return float16.Fromfloat32(v).Float32() }
 
 func TestComparingFlagsNaNAndDifferencesBeyondFP16Steps(t *testing.T) {
 	// A device that gives NaN fails the check and still leaves a report JSON can hold.
@@ -263,5 +278,78 @@ func TestTheDaemonPlistRunsTheAgentAsTheLaunchAgentDoesWithAUserName(t *testing.
 		if strings.Contains(p, "<key>EnvironmentVariables</key>") {
 			t.Errorf("the %s plist sets an environment; the compiler needs the user's own temporary folder", name)
 		}
+	}
+}
+
+// TestWithACheckpointStageFiveRunsItsFirstLayerOnRealText: the checkpoint's first layer at 128
+// and 512 replaces the random-weight layers, valid, on the embedding of the tokenizer's
+// encoding of the parity sample, with a finite reference.
+func TestWithACheckpointStageFiveRunsItsFirstLayerOnRealText(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "tiny-qwen3")
+	if err := tinymodel.Write(ck, tinymodel.Qwen3(), 3, 1, tinymodel.Tokenizer); err != nil {
+		t.Fatal(err)
+	}
+	var five []programSpec
+	for _, s := range specsFor(ck) {
+		if s.stage == 5 {
+			five = append(five, s)
+		}
+	}
+	if len(five) != 3 || !strings.Contains(five[1].name, "tiny-qwen3 layer 0 at 128") || !strings.Contains(five[0].name, "tiled") {
+		t.Fatalf("stage 5: %+v", five)
+	}
+	for _, s := range five[1:] {
+		p, err := s.build()
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		out, err := p.reference()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, ok := compare(out, out); !ok || d != 0 {
+			t.Fatalf("%s: the reference is not finite", s.name)
+		}
+		if first := p.inputs["x"][0]; first == 0 {
+			t.Fatalf("%s: the input is not an embedding", s.name)
+		}
+	}
+	for _, s := range specsFor(filepath.Join(t.TempDir(), "missing")) {
+		if strings.Contains(s.name, "missing layer 0") {
+			if _, err := s.build(); err == nil {
+				t.Fatal("a missing checkpoint built")
+			}
+		}
+	}
+}
+
+// TestTheDaemonWrapperStopsWaitingWhenTheJobExits runs daemon.sh against a launchd whose job
+// runs briefly and exits with status 134 (SIGABRT) without a report: the wrapper stops
+// waiting as soon as the job is no longer running (not after its hour's bound) and says how
+// the job ended.
+func TestTheDaemonWrapperStopsWaitingWhenTheJobExits(t *testing.T) {
+	bin, state := t.TempDir(), t.TempDir()
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"+text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("sudo", `exec "$@"`+"\n")
+	write("chown", "exit 0\n")
+	write("launchctl", `[ "$1" = print ] || exit 0
+n=$(cat "$STATE/prints" 2>/dev/null || echo 0); n=$((n + 1)); echo "$n" > "$STATE/prints"
+if [ "$n" -le 2 ]; then echo "	state = running"; else echo "	state = not running"; echo "	last exit code = 134"; fi
+`)
+	write("smoke", "exit 0\n")
+	cmd := exec.Command("/bin/sh", "daemon.sh", filepath.Join(bin, "smoke"), filepath.Join(state, "report.json"))
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "STATE="+state,
+		"ANE_SMOKE_WORK="+filepath.Join(state, "work"), "ANE_SMOKE_DAEMONS="+state)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "the daemon job ended (last exit code: 134) without a report") {
+		t.Fatalf("daemon.sh: %v\n%s", err, out)
+	}
+	prints, _ := os.ReadFile(filepath.Join(state, "prints"))
+	if n := strings.TrimSpace(string(prints)); n != "4" {
+		t.Fatalf("launchctl print was asked %s times: the wrapper should stop at the first answer that the job is not running", n)
 	}
 }

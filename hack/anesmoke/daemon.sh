@@ -7,10 +7,10 @@ binary=${1:?usage: daemon.sh SIGNED-SMOKE-BINARY REPORT}
 report=${2:?usage: daemon.sh SIGNED-SMOKE-BINARY REPORT}
 user=${SUDO_USER:-$(id -un)}
 label=dev.synapse-fleet.ane-smoke
-plist=/Library/LaunchDaemons/$label.plist
+plist=${ANE_SMOKE_DAEMONS:-/Library/LaunchDaemons}/$label.plist
 # The job runs from the agent's state folder, which the user owns: a LaunchDaemon may not read
-# a checkout under ~/Documents or ~/Desktop.
-work=/usr/local/var/synapse/ane-smoke
+# a checkout under ~/Documents or ~/Desktop. (Tests point both folders elsewhere.)
+work=${ANE_SMOKE_WORK:-/usr/local/var/synapse/ane-smoke}
 sudo install -d -o "$user" "$work"
 install -m 755 "$binary" "$work/synapse-ane-smoke"
 rm -f "$work/report.json" "$work/smoke.log"
@@ -20,16 +20,25 @@ sudo chown root:wheel "$plist"
 sudo chmod 644 "$plist"
 sudo launchctl bootout "system/$label" 2>/dev/null || true
 sudo launchctl bootstrap system "$plist"
-# The ladder bounds every framework call; give the whole run 20 minutes.
+# The ladder bounds every framework call and its supervising process writes the report
+# however the ladder ends, so wait for the job to exit (launchctl print says "state = running"
+# while it runs), at most an hour, not for the report.
+running() { sudo launchctl print "system/$label" 2>/dev/null | grep -q 'state = running'; }
 i=0
-while [ ! -f "$work/report.json" ] && [ "$i" -lt 1200 ]; do
+while [ "$i" -lt 5 ] && ! running && [ ! -f "$work/report.json" ]; do
+	sleep 1 # launchd starts the job right after bootstrap
+	i=$((i + 1))
+done
+i=0
+while running && [ "$i" -lt 3600 ]; do
 	sleep 1
 	i=$((i + 1))
 done
+status=$(sudo launchctl print "system/$label" 2>/dev/null | sed -n 's/^[[:space:]]*last exit code = //p' | head -n 1)
 sudo launchctl bootout "system/$label" 2>/dev/null || true
 sudo rm -f "$plist"
 if [ ! -f "$work/report.json" ]; then
-	echo "the daemon wrote no report in 20 minutes; its output is in $work/smoke.log" >&2
+	echo "the daemon job ended (last exit code: ${status:-unknown}) without a report; its output is in $work/smoke.log" >&2
 	exit 1
 fi
 cp "$work/report.json" "$report"

@@ -21,14 +21,22 @@ limitations under the License.
 //  1. environment: macOS build, chip, virtual machine or not, the compiler's temporary folder
 //     against TMPDIR, this binary's and the worker's signing identifiers, the launchd domain;
 //  2. one linear layer compiled, loaded, evaluated against the CPU reference;
-//  3. the loaded model's attributes (input symbols, indices, strides) and a two-input program
-//     proving the binding;
+//  3. the loaded model's attributes (input symbols, indices, strides) and a plain two-input add
+//     proving the binding before any attention depends on it;
 //  4. each operation form the families use, alone;
 //  5. one full-size layer of each catalog family at 128 and 512 positions, with the probe's
-//     device, Go reference and Accelerate timings;
-//  6. a second process finding every program in aned's cache and loading it without compiling.
+//     device, Go reference and Accelerate timings (with --checkpoint, that checkpoint's first
+//     layer on the embedding of real text), and causal attention over 4096 positions, tiled
+//     over query rows as the large rungs' attention is;
+//  6. a second process finding every program in aned's cache or its kept compiled folder and
+//     loading it without compiling (or compiling once, and saying why);
+//  7. a third process loading distinct small programs until the device refuses one: how many
+//     it holds against the residency budget, and whether the worker reads the refusal as the
+//     device being full.
 //
-// It prints a table and writes a JSON report to attach to a bug. Anywhere but macOS on Apple
+// It prints a table and writes a JSON report to attach to a bug, after every check: the
+// ladder runs in a child process, and a child that dies (an Objective-C exception, a bad
+// call) leaves its report with the signal and the framework call it died in. Anywhere but macOS on Apple
 // silicon it says why it cannot run.
 package main
 
@@ -37,6 +45,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/ck-synapse/synapse-fleet/node-agent/ane"
 )
 
 // options are the command's flags.
@@ -45,8 +55,28 @@ type options struct {
 	worker      string
 	budget      int
 	callTimeout time.Duration
+	// timeoutFactor scales the compile and load bounds (ane.TimeoutsFor, by rung).
+	timeoutFactor float64
 	// cacheCheck: this process is stage 6's second process; it writes its findings to stdout.
 	cacheCheck bool
+	// checkpoint, if set, is a checkpoint directory whose first layer stage 5 runs.
+	checkpoint string
+	// fillDevice: this process is the capacity stage's; it writes what it found to stdout.
+	fillDevice bool
+	// child: this process runs the ladder for a supervising parent, which keeps the report
+	// however the child ends.
+	child bool
+}
+
+// timeouts are the bounds of a model's framework calls at seq positions.
+func (o options) timeouts(seq int) ane.Timeouts {
+	t := ane.TimeoutsFor(seq)
+	f := max(o.timeoutFactor, 1)
+	t.Compile, t.Load = time.Duration(float64(t.Compile)*f), time.Duration(float64(t.Load)*f)
+	if o.callTimeout > 0 {
+		t.Call = o.callTimeout
+	}
+	return t
 }
 
 func main() {
@@ -55,8 +85,12 @@ func main() {
 	flag.StringVar(&o.report, "report", "ane-smoke-report.json", "where to write the JSON report")
 	flag.StringVar(&o.worker, "worker", "/usr/local/bin/synapse-ane-worker", "the worker binary whose signing identifier to report (skipped if absent)")
 	flag.IntVar(&o.budget, "compile-budget", 60, "the most programs this run compiles (the per-process limit is about 119)")
-	flag.DurationVar(&o.callTimeout, "call-timeout", 2*time.Minute, "the bound on one framework call (a full-size compile takes up to about 16 s)")
+	flag.DurationVar(&o.callTimeout, "call-timeout", time.Minute, "the bound on one framework call other than a compile or a load")
+	flag.Float64Var(&o.timeoutFactor, "timeout-factor", 1, "scales the compile and load bounds, which grow with the rung (at least 1)")
 	flag.BoolVar(&o.cacheCheck, "cache-check", false, "internal: run as stage 6's second process")
+	flag.BoolVar(&o.child, "child", false, "internal: run the ladder for a supervising parent")
+	flag.BoolVar(&o.fillDevice, "fill-device", false, "internal: run as the capacity stage's process")
+	flag.StringVar(&o.checkpoint, "checkpoint", "", "a checkpoint directory (config.json, safetensors, tokenizer.json): stage 5 runs its first layer on real text instead of the catalog shapes with random weights")
 	flag.StringVar(&show, "print", "", "print the table of a report written earlier (by the LaunchDaemon run, say) and exit")
 	flag.Parse()
 	if show != "" {

@@ -21,7 +21,10 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
+	"slices"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/convert"
 	"github.com/ck-synapse/synapse-fleet/node-agent/family"
 	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
 )
@@ -56,6 +59,65 @@ var (
 // formSeq and formChannels are the shape of stage 4's programs.
 const formSeq, formChannels = 64, 64
 
+// specsFor are the ladder's programs for a run: with a checkpoint, stage 5's full layers are
+// that checkpoint's, on the embedding of real text, instead of the catalog shapes with random
+// weights.
+func specsFor(checkpoint string) []programSpec {
+	s := specs()
+	if checkpoint == "" {
+		return s
+	}
+	s = slices.DeleteFunc(s, func(p programSpec) bool { return p.stage == 5 && p.name != tiledAttentionSpec().name })
+	return append(s, checkpointSpecs(checkpoint)...)
+}
+
+// checkpointSpecs are the first layer of the checkpoint at 128 and 512 positions, on the
+// embedding of its tokenizer's encoding of the parity sample (random ids when it has no
+// tokenizer), the activations a lane's text gives, not random ones.
+func checkpointSpecs(dir string) []programSpec {
+	var out []programSpec
+	for _, seq := range []int{128, 512} {
+		name := fmt.Sprintf("%s layer 0 at %d (its weights, real text)", filepath.Base(dir), seq)
+		out = append(out, programSpec{5, name, func() (smokeProgram, error) {
+			ck, err := convert.OpenCheckpoint(dir, convert.DefaultPolicy)
+			if err != nil {
+				return smokeProgram{}, err
+			}
+			defer ck.Close()
+			g, y, err := family.Layer(ck.Config, 0, seq, ck.Weights)
+			if err != nil {
+				return smokeProgram{}, err
+			}
+			p, err := g.Program(y)
+			if err != nil {
+				return smokeProgram{}, err
+			}
+			sample, _, err := convert.ParityTokens(ck.Tokenizer, ck.Config.Vocab)
+			if err != nil {
+				return smokeProgram{}, err
+			}
+			toks := make([]int32, seq*3/4)
+			for i := range toks {
+				if sample != nil {
+					toks[i] = sample[i%len(sample)]
+				} else {
+					toks[i] = int32(i % ck.Config.Vocab)
+				}
+			}
+			e, err := family.NewEmbedder(ck.Config, ck.Weights)
+			if err != nil {
+				return smokeProgram{}, err
+			}
+			x, err := e.Input(toks, seq)
+			if err != nil {
+				return smokeProgram{}, err
+			}
+			return smokeProgram{name: name, graph: g, out: y, prog: p, inputs: map[string][]float32{"x": x, "mask": family.KeyMask(len(toks), seq)}}, nil
+		}})
+	}
+	return out
+}
+
 // specs are every program the ladder compiles, by stage.
 func specs() []programSpec {
 	s := []programSpec{
@@ -63,10 +125,11 @@ func specs() []programSpec {
 			g, x := mil.NewGraph(formChannels, formSeq)
 			return finish("linear 64x64", g, g.Linear("y", x, formChannels, randomMatrix("linear", formChannels, formChannels)), false)
 		}},
-		{3, "two inputs: attention with the key mask", func() (smokeProgram, error) {
-			return form("two inputs", true, func(g *mil.Graph, x, mask mil.Value) mil.Value {
-				return attention(g, x, mask, mil.Attention{Heads: 2, KVHeads: 2, HeadDim: 32})
-			})
+		// A plain add of the two inputs, so a binding failure is told apart from an attention
+		// failure (attention comes in stage 4).
+		{3, "two inputs: x plus the key mask", func() (smokeProgram, error) {
+			g, x := mil.NewGraph(formChannels, formSeq)
+			return finish("two inputs", g, g.AddMask("y", x, g.Mask()), true)
 		}},
 	}
 	for _, f := range forms {
@@ -93,7 +156,29 @@ func specs() []programSpec {
 			}})
 		}
 	}
-	return s
+	return append(s, tiledAttentionSpec())
+}
+
+// tiledSeq is the length at which stage 5's attention is tiled over query rows: two heads'
+// scores over 4096 positions are 64 MiB, past mil.MaxWorkingSet, so it runs as 8 tiles of 512
+// rows, each with its own slice of the structural mask.
+const tiledSeq = 4096
+
+// tiledAttentionSpec is causal attention at tiledSeq, the tiled form no other stage reaches.
+func tiledAttentionSpec() programSpec {
+	const name = "causal attention tiled over query rows at 4096 positions"
+	return programSpec{5, name, func() (smokeProgram, error) {
+		g, x := mil.NewGraph(3*formChannels, tiledSeq)
+		mask := g.Mask()
+		y := attention(g, x, mask, mil.Attention{Heads: 2, KVHeads: 2, HeadDim: 32, Causal: true})
+		out := g.Add("doubled", y, y)
+		p, err := g.Program(out)
+		if err != nil {
+			return smokeProgram{}, err
+		}
+		return smokeProgram{name: name, graph: g, out: out, prog: p, inputs: map[string][]float32{
+			"x": randomVector(name, 3*formChannels*tiledSeq, 1), "mask": family.KeyMask(tiledSeq*3/4, tiledSeq)}}, nil
+	}}
 }
 
 // forms are the building blocks the families' layers are made of, each alone (stage 4).
@@ -110,10 +195,10 @@ var forms = []struct {
 	{"silu", false, func(g *mil.Graph, x, _ mil.Value) mil.Value { return g.SiLU("y", x) }},
 	{"gelu from erf", false, func(g *mil.Graph, x, _ mil.Value) mil.Value { return g.GELUExact("y", x) }},
 	{"slice_by_size", false, func(g *mil.Graph, x, _ mil.Value) mil.Value { return g.Slice("y", x, 16, 48) }},
-	{"layer norm (reduce_mean, sub, pow)", false, func(g *mil.Graph, x, _ mil.Value) mil.Value {
+	{"layer norm (reduce_mean, sub, abs, reduce_max, maximum, pow)", false, func(g *mil.Graph, x, _ mil.Value) mil.Value {
 		return g.LayerNorm("y", x, randomVector("ln gamma", x.Channels(), 1), gteModernBERTBase.NormEps)
 	}},
-	{"rms norm (reduce_mean, pow)", false, func(g *mil.Graph, x, _ mil.Value) mil.Value {
+	{"rms norm (abs, reduce_max, maximum, reduce_mean, pow)", false, func(g *mil.Graph, x, _ mil.Value) mil.Value {
 		return g.RMSNorm("y", x, randomVector("rms gamma", x.Channels(), 1), qwen3Embedding06B.NormEps)
 	}},
 	{"attention (reshape, transpose, matmul, softmax)", true, func(g *mil.Graph, x, mask mil.Value) mil.Value {

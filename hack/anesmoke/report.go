@@ -32,7 +32,7 @@ import (
 )
 
 // ReportSchema is the report's version.
-const ReportSchema = 1
+const ReportSchema = 2
 
 // Report is what a ladder run found, written as JSON to attach to a bug.
 type Report struct {
@@ -45,6 +45,25 @@ type Report struct {
 	// Compiles is how many programs this process compiled (the per-process limit is about
 	// 119; the ladder stays under its budget).
 	Compiles int `json:"compiles"`
+	// Finished: the ladder ran to its end (passed or not). A report without it was cut short:
+	// Crash says how.
+	Finished bool   `json:"finished"`
+	Crash    *Crash `json:"crash,omitempty"`
+	// LogCommand is what to run on the Mac to read what aned and the compiler service logged
+	// during the run: the reasons an NSError leaves out.
+	LogCommand string `json:"logCommand,omitempty"`
+}
+
+// Crash is how a ladder process ended without finishing its report.
+type Crash struct {
+	// Signal is the signal that killed it (SIGABRT for an Objective-C exception, SIGSEGV or
+	// SIGBUS for a bad call), empty if it exited; ExitCode its exit status otherwise.
+	Signal   string `json:"signal,omitempty"`
+	ExitCode int    `json:"exitCode"`
+	// LastStep is the last framework call it announced: the call it died in.
+	LastStep string `json:"lastStep,omitempty"`
+	// Stage is the stage that was running.
+	Stage string `json:"stage,omitempty"`
 }
 
 // Environment is stage 1's findings.
@@ -81,9 +100,10 @@ type Environment struct {
 type Status string
 
 const (
-	Passed Status = "passed"
-	Failed Status = "failed"
-	NotRun Status = "not run"
+	Passed  Status = "passed"
+	Failed  Status = "failed"
+	NotRun  Status = "not run"
+	Running Status = "running"
 )
 
 // StageResult is one stage of the ladder.
@@ -99,20 +119,29 @@ type StageResult struct {
 	Checks []Check     `json:"checks,omitempty"`
 	// Attributes is the raw modelAttributes of stage 3's program.
 	Attributes map[string]any `json:"attributes,omitempty"`
+	// Capacity is what the capacity stage found.
+	Capacity *Capacity `json:"capacity,omitempty"`
 }
 
 // Check is one program a stage compiled, loaded and evaluated.
 type Check struct {
-	Name       string  `json:"name"`
-	Status     Status  `json:"status"`
-	Identifier string  `json:"identifier,omitempty"`
-	Cached     bool    `json:"cachedBefore"`
-	CompileMS  float64 `json:"compileMs,omitempty"`
-	LoadMS     float64 `json:"loadMs,omitempty"`
-	DeviceMS   float64 `json:"deviceMs,omitempty"`
-	CPUMS      float64 `json:"cpuMs,omitempty"`
-	BLASMS     float64 `json:"accelerateMs,omitempty"`
-	MaxDiff    float64 `json:"maxDiff"`
+	Name       string `json:"name"`
+	Status     Status `json:"status"`
+	Identifier string `json:"identifier,omitempty"`
+	Cached     bool   `json:"cachedBefore"`
+	// Held is what the cache check found (aned cache, kept folder); Origin how the program
+	// got loaded (one of those, or compiled); HeldLoadError why a held program did not load
+	// (it was then compiled once); KeepError why its compiled folder could not be kept.
+	Held          string      `json:"held,omitempty"`
+	Origin        string      `json:"origin,omitempty"`
+	HeldLoadError *StageError `json:"heldLoadError,omitempty"`
+	KeepError     string      `json:"keepError,omitempty"`
+	CompileMS     float64     `json:"compileMs,omitempty"`
+	LoadMS        float64     `json:"loadMs,omitempty"`
+	DeviceMS      float64     `json:"deviceMs,omitempty"`
+	CPUMS         float64     `json:"cpuMs,omitempty"`
+	BLASMS        float64     `json:"accelerateMs,omitempty"`
+	MaxDiff       float64     `json:"maxDiff"`
 	// NonFinite: the device gave NaN or infinity (MaxDiff is then 0: JSON has no infinity).
 	NonFinite bool        `json:"nonFinite,omitempty"`
 	Detail    string      `json:"detail,omitempty"`
@@ -121,12 +150,15 @@ type Check struct {
 
 // StageError is a failure as a report carries it.
 type StageError struct {
-	// Call, Domain, Code and Description are the framework's NSError, for a call it refused.
-	Call        string `json:"call,omitempty"`
-	Domain      string `json:"domain,omitempty"`
-	Code        int    `json:"code,omitempty"`
-	Description string `json:"description,omitempty"`
-	Message     string `json:"message"`
+	// Call, Domain, Code, Description, UserInfo and Underlying are the framework's NSError,
+	// for a call it refused.
+	Call        string         `json:"call,omitempty"`
+	Domain      string         `json:"domain,omitempty"`
+	Code        int            `json:"code,omitempty"`
+	Description string         `json:"description,omitempty"`
+	UserInfo    map[string]any `json:"userInfo,omitempty"`
+	Underlying  *StageError    `json:"underlying,omitempty"`
+	Message     string         `json:"message"`
 }
 
 // describe turns an error into a StageError, keeping the NSError of a refused call.
@@ -137,7 +169,10 @@ func describe(err error) *StageError {
 	e := &StageError{Message: err.Error()}
 	var ce *ane.CallError
 	if errors.As(err, &ce) {
-		e.Call, e.Domain, e.Code, e.Description = ce.Call, ce.Domain, ce.Code, ce.Detail
+		e.Call, e.Domain, e.Code, e.Description, e.UserInfo = ce.Call, ce.Domain, ce.Code, ce.Detail, ce.UserInfo
+		for u, at := ce.Underlying, &e.Underlying; u != nil; u, at = u.Underlying, &(*at).Underlying {
+			*at = &StageError{Domain: u.Domain, Code: u.Code, Description: u.Detail, UserInfo: u.UserInfo, Message: u.Error()}
+		}
 	}
 	var ve *mil.ValidationError
 	if errors.As(err, &ve) {
@@ -157,21 +192,31 @@ type stage struct {
 }
 
 // runLadder runs the stages in order and stops at the first that fails; the rest are
-// recorded as not run. now is the clock the stages are timed by.
-func runLadder(rep *Report, stages []stage, now func() time.Time) {
+// recorded as not run. now is the clock the stages are timed by; save writes the report, and
+// is called before each stage (with the stage marked running) and after it, so a process that
+// dies leaves every finished stage and the running one behind. A stage calls its own save
+// after each check.
+func runLadder(rep *Report, stages []stage, now func() time.Time, save func()) {
 	rep.Passed = true
+	rep.Stages = make([]StageResult, len(stages))
 	for i, s := range stages {
-		res := StageResult{Number: i + 1, Name: s.name, Status: NotRun}
-		if rep.Passed {
-			start := now()
-			err := s.run(&res)
-			res.Seconds = now().Sub(start).Seconds()
-			res.Status = Passed
-			if err != nil {
-				res.Status, res.Error, rep.Passed = Failed, describe(err), false
-			}
+		rep.Stages[i] = StageResult{Number: i + 1, Name: s.name, Status: NotRun}
+	}
+	for i, s := range stages {
+		if !rep.Passed {
+			break
 		}
-		rep.Stages = append(rep.Stages, res)
+		res := &rep.Stages[i]
+		res.Status = Running
+		save()
+		start := now()
+		err := s.run(res)
+		res.Seconds = now().Sub(start).Seconds()
+		res.Status = Passed
+		if err != nil {
+			res.Status, res.Error, rep.Passed = Failed, describe(err), false
+		}
+		save()
 	}
 }
 
@@ -208,12 +253,28 @@ func printTable(w io.Writer, rep *Report) {
 			if c.Error != nil {
 				d = c.Error.Message
 			}
+			if c.Origin != "" {
+				d = "(" + c.Origin + ") " + d
+			}
+			if c.HeldLoadError != nil {
+				d += fmt.Sprintf(" [held as %s but its load failed, so compiled once: %s]", c.Held, c.HeldLoadError.Message)
+			}
 			fmt.Fprintf(tw, "    %s\t%s\t\t\tdiff %.4f %s\n", c.Name, c.Status, c.MaxDiff, d)
 		}
 	}
 	tw.Flush()
 	for _, warn := range rep.Environment.Warnings {
 		fmt.Fprintln(w, "warning:", warn)
+	}
+	if c := rep.Crash; c != nil {
+		how := fmt.Sprintf("exited with status %d", c.ExitCode)
+		if c.Signal != "" {
+			how = "was killed by " + c.Signal
+		}
+		fmt.Fprintf(w, "the ladder process %s during stage %q; its last framework call was %q\n", how, orUnknown(c.Stage), orUnknown(c.LastStep))
+	}
+	if !rep.Passed && rep.LogCommand != "" {
+		fmt.Fprintln(w, "what aned and the compiler service logged:", rep.LogCommand)
 	}
 	verdict := "passed"
 	if !rep.Passed {

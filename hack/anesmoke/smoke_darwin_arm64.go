@@ -17,6 +17,7 @@ limitations under the License.
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/ck-synapse/synapse-fleet/node-agent/ane"
 	"github.com/ck-synapse/synapse-fleet/node-agent/ane/accelerate"
+	"github.com/ck-synapse/synapse-fleet/node-agent/mil"
 )
 
 // ladder is one run's state.
@@ -41,17 +43,39 @@ type ladder struct {
 	// ids are the content identifiers of the programs this run loaded, by name: stage 6's
 	// second process must find the same ones in aned's cache.
 	ids map[string]string
+	// save writes the report (after every check).
+	save func()
 }
 
 func run(o options) (bool, error) {
-	ane.CallTimeout = o.callTimeout
 	if o.cacheCheck {
-		return cacheCheck()
+		ane.Trace = announce(os.Stderr)
+		return cacheCheck(o)
 	}
-	rep := &Report{Schema: ReportSchema, Started: time.Now()}
+	if o.fillDevice {
+		ane.Trace = announce(os.Stderr)
+		return fillDevice(o)
+	}
+	if !o.child {
+		return superviseLadder(o)
+	}
+	ane.Trace = announce(os.Stderr)
+	rep := &Report{Schema: ReportSchema, Started: time.Now(), LogCommand: ane.LogCommand(time.Now())}
+	save := func() {
+		rep.Compiles = 0
+		for _, s := range rep.Stages {
+			rep.Compiles += s.Compiles
+		}
+		if err := writeReport(o.report, rep); err != nil {
+			fmt.Fprintln(os.Stderr, "ane-smoke: writing the report:", err)
+		}
+	}
 	r, openErr := ane.Open()
 	rep.Environment = environment(r, o)
-	l := &ladder{o: o, r: r, budget: &budget{limit: o.budget}, ids: map[string]string{}}
+	l := &ladder{o: o, r: r, budget: &budget{limit: o.budget}, ids: map[string]string{}, save: save}
+	if r != nil {
+		r.SetTimeouts(o.timeouts)
+	}
 	l.blas, l.blasErr = accelerate.Open()
 	runLadder(rep, []stage{
 		{"environment", func(s *StageResult) error {
@@ -63,12 +87,35 @@ func run(o options) (bool, error) {
 		{"attributes and a two-input program", func(s *StageResult) error { return l.programs(s, 3, false) }},
 		{"each operation form alone", func(s *StageResult) error { return l.programs(s, 4, true) }},
 		{"a full layer of each family at 128 and 512", func(s *StageResult) error { return l.programs(s, 5, false) }},
-		{"a second process finds them in aned's cache", l.secondProcess},
-	}, time.Now)
-	rep.Compiles = l.budget.used
+		{"a second process finds them in aned's cache or the kept folders", l.secondProcess},
+		{"how many programs the device holds at once", l.capacity},
+	}, time.Now, save)
+	rep.Finished = true
+	save()
 	printTable(os.Stdout, rep)
-	if err := writeReport(o.report, rep); err != nil {
-		return rep.Passed, fmt.Errorf("writing the report: %w", err)
+	return rep.Passed, nil
+}
+
+// superviseLadder runs the ladder in a child process and makes sure its report is written
+// however the child ends.
+func superviseLadder(o options) (bool, error) {
+	started := time.Now()
+	// A report left by an earlier run must not be taken for this one's.
+	if err := os.Remove(o.report); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return false, err
+	}
+	cmd := exec.Command(exe, childArgs()...)
+	cmd.Stdout = os.Stdout
+	rep, err := supervise(cmd, o.report, os.Stderr, started, ane.LogCommand(started))
+	if err != nil {
+		return false, err
+	}
+	if rep.Crash != nil {
+		printTable(os.Stdout, rep)
 	}
 	fmt.Println("report:", o.report)
 	return rep.Passed, nil
@@ -79,7 +126,7 @@ func run(o options) (bool, error) {
 // first failure.
 func (l *ladder) programs(s *StageResult, stageNo int, all bool) error {
 	var first error
-	for _, spec := range specs() {
+	for _, spec := range specsFor(l.o.checkpoint) {
 		if spec.stage != stageNo {
 			continue
 		}
@@ -91,6 +138,7 @@ func (l *ladder) programs(s *StageResult, stageNo int, all bool) error {
 		if stageNo == 3 && raw != nil {
 			s.Attributes = raw
 		}
+		l.save()
 		if err != nil {
 			if first == nil {
 				first = fmt.Errorf("%s: %w", spec.name, err)
@@ -133,24 +181,9 @@ func (l *ladder) check(spec programSpec, probe bool) (Check, map[string]any, err
 	}
 	defer m.Close()
 	c.Identifier = m.Identifier()
-	if c.Cached, err = m.Cached(); err != nil {
+	if err := place(m, &c, l.budget, time.Now); err != nil {
 		return c, nil, err
 	}
-	if !c.Cached {
-		if err := l.budget.take(1); err != nil {
-			return c, nil, err
-		}
-		start := time.Now()
-		if err := m.Compile(); err != nil {
-			return c, nil, err
-		}
-		c.CompileMS = ms(time.Since(start))
-	}
-	start := time.Now()
-	if err := m.Load(); err != nil {
-		return c, nil, err
-	}
-	c.LoadMS = ms(time.Since(start))
 	defer m.Unload()
 	l.ids[spec.name] = c.Identifier
 	raw, _ := m.RawAttributes()
@@ -223,55 +256,47 @@ func fastest(n int, f func() error) (time.Duration, error) {
 	return best, nil
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 // secondProcess runs this binary again as stage 6's second process, bounded in time, and
-// checks it found every program this run loaded in aned's cache, by the same identifier, and
-// loaded it without compiling.
+// judges what it found (judgeSecondProcess). A second process that dies is reported with its
+// signal and its last framework call.
 func (l *ladder) secondProcess(s *StageResult) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "--cache-check", "--call-timeout", l.o.callTimeout.String())
-	cmd.Stderr = os.Stderr
-	out, runErr := cmd.Output()
+	cmd := exec.CommandContext(ctx, exe, "--cache-check", "--compile-budget", fmt.Sprint(len(l.ids)), "--call-timeout", l.o.callTimeout.String(),
+		"--timeout-factor", fmt.Sprint(l.o.timeoutFactor), "--checkpoint", l.o.checkpoint)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	lastStep, runErr := traced(cmd, os.Stderr)
 	var checks []Check
-	if err := json.Unmarshal(out, &checks); err != nil {
-		return fmt.Errorf("the second process (%v) wrote no findings: %w", runErr, err)
+	if err := json.Unmarshal(out.Bytes(), &checks); err != nil {
+		return fmt.Errorf("the second process (%v, last step %q) wrote no findings: %w", runErr, lastStep, err)
 	}
 	s.Checks = checks
-	for _, c := range checks {
-		want, ok := l.ids[c.Name]
-		switch {
-		case !ok:
-			return fmt.Errorf("the second process checked %q, which this run did not load", c.Name)
-		case c.Identifier != want:
-			return fmt.Errorf("%s: the second process built identifier %s, this run %s: the same program must give the same identifier", c.Name, c.Identifier, want)
-		case c.Status != Passed:
-			return fmt.Errorf("%s: %s", c.Name, c.Detail)
-		}
+	detail, err := judgeSecondProcess(l.ids, checks)
+	s.Detail = detail
+	if err != nil {
+		return err
 	}
-	if len(checks) != len(l.ids) {
-		return fmt.Errorf("the second process checked %d programs of %d", len(checks), len(l.ids))
-	}
-	s.Detail = fmt.Sprintf("all %d programs held by aned and loaded without compiling", len(checks))
 	return runErr
 }
 
-// cacheCheck is stage 6's second process: it rebuilds every program of stages 2 to 5, asks
-// aned whether it holds each, loads those it holds without compiling anything, and writes
-// what it found to stdout.
-func cacheCheck() (bool, error) {
+// cacheCheck is stage 6's second process: it rebuilds every program of stages 2 to 5 and
+// places each as the worker would (place): without a compile when aned or a kept folder holds
+// it, else compiled once. It writes what happened to each to stdout.
+func cacheCheck(o options) (bool, error) {
 	r, err := ane.Open()
 	if err != nil {
 		return false, err
 	}
+	r.SetTimeouts(o.timeouts)
+	b := &budget{limit: o.budget}
 	var checks []Check
 	passed := true
-	for _, spec := range specs() {
+	for _, spec := range specsFor(o.checkpoint) {
 		c := Check{Name: spec.name, Status: Failed}
 		if err := func() error {
 			p, err := spec.build()
@@ -284,18 +309,10 @@ func cacheCheck() (bool, error) {
 			}
 			defer m.Close()
 			c.Identifier = m.Identifier()
-			if c.Cached, err = m.Cached(); err != nil {
+			if err := place(m, &c, b, time.Now); err != nil {
 				return err
 			}
-			if !c.Cached {
-				return errors.New("aned does not hold it")
-			}
-			start := time.Now()
-			if err := m.Load(); err != nil {
-				return fmt.Errorf("aned holds it but it does not load: %w", err)
-			}
-			c.LoadMS = ms(time.Since(start))
-			c.Detail = fmt.Sprintf("loaded from aned's cache in %.1f ms", c.LoadMS)
+			c.Detail = fmt.Sprintf("%s; loaded in %.1f ms", c.Origin, c.LoadMS)
 			return m.Unload()
 		}(); err != nil {
 			c.Detail, c.Error, passed = err.Error(), describe(err), false
@@ -308,4 +325,53 @@ func cacheCheck() (bool, error) {
 		return false, err
 	}
 	return passed, nil
+}
+
+// capacity runs this binary as the capacity stage's process (its compiles in a process of
+// their own, under the per-process limit) and judges what it found.
+func (l *ladder) capacity(s *StageResult) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "--fill-device", "--compile-budget", fmt.Sprint(residencyBudget()), "--call-timeout", l.o.callTimeout.String())
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	lastStep, runErr := traced(cmd, os.Stderr)
+	var c Capacity
+	if err := json.Unmarshal(out.Bytes(), &c); err != nil {
+		return fmt.Errorf("the capacity process (%v, last step %q) wrote no findings: %w", runErr, lastStep, err)
+	}
+	s.Capacity = &c
+	detail, err := judgeCapacity(c)
+	s.Detail = detail
+	if err != nil {
+		return err
+	}
+	return runErr
+}
+
+// fillDevice is the capacity stage's process: distinct 64x64 linear layers, loaded until one is
+// refused, then all unloaded; what it found goes to stdout.
+func fillDevice(o options) (bool, error) {
+	r, err := ane.Open()
+	if err != nil {
+		return false, err
+	}
+	r.SetTimeouts(o.timeouts)
+	build := func(i int) (loadable, error) {
+		g, x := mil.NewGraph(formChannels, formSeq)
+		p, err := g.Program(g.Linear("y", x, formChannels, randomMatrix(fmt.Sprintf("capacity %d", i), formChannels, formChannels)))
+		if err != nil {
+			return nil, err
+		}
+		return r.NewModel(p)
+	}
+	c, err := fill(build, &budget{limit: o.budget}, residencyBudget(), time.Now)
+	if err != nil {
+		return false, err
+	}
+	return c.Refusal == nil, json.NewEncoder(os.Stdout).Encode(c)
 }

@@ -33,7 +33,7 @@ import (
 	"github.com/ck-synapse/synapse-fleet/node-agent/family"
 )
 
-// Tokenizer is a tiny byte-level BPE tokenizer.json ([CLS] text [SEP]; ids below 21) for the
+// Tokenizer is a tiny byte-level BPE tokenizer.json ([CLS] text [SEP]; ids below 22, [UNK] for what it cannot spell) for the
 // tiny checkpoints.
 //
 //go:embed tokenizer.json

@@ -19,6 +19,7 @@ package ane
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ebitengine/purego"
 	"github.com/ebitengine/purego/objc"
@@ -40,6 +41,8 @@ type Runtime struct {
 	// jundot/omlx qwen35_ane.mm calls; tmc/apple private/appleneuralengine lists it). Without
 	// it the framework's default, the same folder, is relied on.
 	setsURL bool
+	// timeouts bounds a model's calls by its shape (TimeoutsFor unless SetTimeouts).
+	timeouts func(seq int) Timeouts
 }
 
 var (
@@ -60,6 +63,7 @@ func Open() (*Runtime, error) {
 }
 
 func open() (*Runtime, error) {
+	trace("open", "the frameworks, then every private class and selector")
 	if err := loadPoolFuncs(); err != nil {
 		return nil, err
 	}
@@ -72,7 +76,7 @@ func open() (*Runtime, error) {
 		handles[path] = h
 	}
 	purego.RegisterLibFunc(&nsTemporaryDirectory, handles[frameworks[0]], "NSTemporaryDirectory")
-	r := &Runtime{classes: map[string]objc.Class{}}
+	r := &Runtime{classes: map[string]objc.Class{}, timeouts: TimeoutsFor}
 	responds := objc.RegisterName("respondsToSelector:")
 	instancesRespond := objc.RegisterName("instancesRespondToSelector:")
 	has := func(m method) (bool, error) {
@@ -102,7 +106,7 @@ func open() (*Runtime, error) {
 	if r.setsURL, err = has(setModelURL); err != nil {
 		return nil, err
 	}
-	err = onThread(func() error {
+	err = onThread(30*time.Second, func() error {
 		r.sources.Root = goString(nsTemporaryDirectory())
 		return nil
 	})
@@ -117,3 +121,6 @@ func (r *Runtime) Sources() Sources { return r.sources }
 
 // SetsModelURL reports whether models are pointed at their sources' folder explicitly.
 func (r *Runtime) SetsModelURL() bool { return r.setsURL }
+
+// SetTimeouts replaces the bounds of the models built from now on (the ladder scales them).
+func (r *Runtime) SetTimeouts(f func(seq int) Timeouts) { r.timeouts = f }

@@ -38,7 +38,9 @@ func TestOpenProbesEveryPrivateMethod(t *testing.T) {
 			t.Fatalf("%d classes resolved, want 4", len(r.classes))
 		}
 	case errors.As(err, &missing):
-		t.Skipf("this macOS build lacks part of the private API: %v", err)
+		// A macOS release that renamed a selector is what these tests exist to catch: it fails,
+		// naming the selector, never skips.
+		t.Fatalf("this macOS build lacks part of the private API: %v", err)
 	case errors.Is(err, ErrUnsupported):
 		t.Skipf("no Neural Engine here: %v", err)
 	default:
@@ -50,10 +52,7 @@ func TestOpenProbesEveryPrivateMethod(t *testing.T) {
 // one small layer is compiled (unless aned already holds it) and loaded; the same program built
 // again has the same identifier, and aned holds it.
 func TestALinearLayerCompilesLoadsAndIsCachedTheSecondTime(t *testing.T) {
-	r, err := Open()
-	if err != nil {
-		t.Skipf("no usable Neural Engine: %v", err)
-	}
+	r := openOrSkip(t)
 	w := make([]float32, 64*64)
 	for i := range w {
 		w[i] = float32(i%5-2) / 8
@@ -94,18 +93,24 @@ func TestALinearLayerCompilesLoadsAndIsCachedTheSecondTime(t *testing.T) {
 		t.Fatalf("the same program has identifiers %s and %s", m.Identifier(), again.Identifier())
 	}
 	if cached, err := again.Cached(); err != nil || !cached {
-		t.Fatalf("aned does not hold the compiled program: %v, %v", cached, err)
+		t.Fatalf("neither aned nor a kept folder holds the compiled program: %v, %v", cached, err)
 	}
+	// It loads without a compile, from where the cache check found it.
+	if err := again.Load(); err != nil {
+		t.Fatalf("the held program (%s) does not load: %v", again.Held(), err)
+	}
+	defer again.Unload()
+	if again.Origin() == FromCompile || again.Origin() == "" {
+		t.Fatalf("the held program loaded as %q", again.Origin())
+	}
+	t.Logf("held as %s; aned's -compiledModelExists answered for it: %t", again.Held(), again.Held() == FromAned)
 }
 
 // TestTheCompilersFolderIsFoundationsNotTMPDIR runs on a Mac: the sources go to
 // NSTemporaryDirectory(), the per-user folder, even when TMPDIR is unset (as it is for a
 // launchd job), where Go's os.TempDir() would say /tmp.
 func TestTheCompilersFolderIsFoundationsNotTMPDIR(t *testing.T) {
-	r, err := Open()
-	if err != nil {
-		t.Skipf("no usable Neural Engine: %v", err)
-	}
+	r := openOrSkip(t)
 	root := r.Sources().Root
 	if root == "" || filepath.Clean(root) == "/tmp" || filepath.Clean(root) == "/private/tmp" {
 		t.Fatalf("the compiler's folder is %q", root)
@@ -123,10 +128,7 @@ func TestTheCompilersFolderIsFoundationsNotTMPDIR(t *testing.T) {
 // taking x and the key mask is bound by the names the framework reports and matches its CPU
 // reference.
 func TestATwoInputProgramEvaluatesThroughTheSymbolsItsAttributesName(t *testing.T) {
-	r, err := Open()
-	if err != nil {
-		t.Skipf("no usable Neural Engine: %v", err)
-	}
+	r := openOrSkip(t)
 	const c, seq = 64, 64
 	g, x := mil.NewGraph(3*c, seq)
 	mask := g.Mask()
@@ -195,4 +197,19 @@ func TestATwoInputProgramEvaluatesThroughTheSymbolsItsAttributesName(t *testing.
 	if worst > 0.05 {
 		t.Fatalf("the device differs from the CPU reference by %.4f", worst)
 	}
+}
+
+// openOrSkip opens the framework; a machine without a Neural Engine (a virtual machine) skips,
+// a missing class or selector fails by name.
+func openOrSkip(t *testing.T) *Runtime {
+	t.Helper()
+	r, err := Open()
+	var missing *MissingError
+	switch {
+	case errors.As(err, &missing):
+		t.Fatalf("this macOS build lacks part of the private API: %v", err)
+	case err != nil:
+		t.Skipf("no usable Neural Engine: %v", err)
+	}
+	return r
 }

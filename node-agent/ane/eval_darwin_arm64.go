@@ -167,7 +167,8 @@ func (m *Model) NewEvaluator(b Binding) (*Evaluator, error) {
 		layouts = append(layouts, in.Symbol.Layout)
 	}
 	inAlloc, outAlloc := SurfaceBytes(layouts), SurfaceBytes([]Layout{b.Output.Symbol.Layout})
-	err := onThread(func() error {
+	trace("request", m.id)
+	err := onThread(m.t.Call, func() error {
 		for _, in := range b.Inputs {
 			s, err := newSurface(m.r, inAlloc, in.Symbol.Layout)
 			if err != nil {
@@ -221,7 +222,8 @@ func (e *Evaluator) Eval(inputs [][]float32, out []float32) error {
 			return err
 		}
 	}
-	err := onThread(func() error {
+	trace("evaluate", e.m.id)
+	err := onThread(e.m.t.Call, func() error {
 		var nserr objc.ID
 		if !ioFuncs.evaluate(e.m.obj, e.sel, qos, e.opts, e.request, &nserr) {
 			return callError("evaluate", nserr)
@@ -236,7 +238,7 @@ func (e *Evaluator) Eval(inputs [][]float32, out []float32) error {
 
 // Close releases the surfaces and the request.
 func (e *Evaluator) Close() {
-	_ = onThread(func() error {
+	_ = onThread(e.m.t.Call, func() error {
 		for _, s := range e.ins {
 			s.close()
 		}

@@ -33,9 +33,6 @@ import (
 // qos is the quality of service the framework's callers pass (user-initiated).
 const qos = 21
 
-// CallTimeout bounds one framework call; a wedged driver may never return.
-var CallTimeout = 30 * time.Second
-
 var (
 	// autoreleasePoolPush and autoreleasePoolPop are libobjc's, bound by loadPoolFuncs.
 	autoreleasePoolPush func() uintptr
@@ -68,9 +65,10 @@ func selector(name string) objc.SEL {
 	return s
 }
 
-// onThread runs f on one locked OS thread inside an autorelease pool, bounded by CallTimeout.
-// On a timeout f keeps its thread; the caller must treat the process as faulted.
-func onThread(f func() error) error {
+// onThread runs f on one locked OS thread inside an autorelease pool, bounded by limit (a
+// wedged driver may never return). On a timeout f keeps its thread; the caller must treat the
+// process as faulted.
+func onThread(limit time.Duration, f func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -79,7 +77,7 @@ func onThread(f func() error) error {
 		defer autoreleasePoolPop(pool)
 		done <- f()
 	}()
-	timer := time.NewTimer(CallTimeout)
+	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	select {
 	case err := <-done:
@@ -95,13 +93,17 @@ type Model struct {
 	obj objc.ID // retained
 	id  string
 	src mil.Program
+	// t bounds this model's calls, by its shape.
+	t  Timeouts
+	lc lifecycle
 }
 
 // NewModel builds the in-memory model of a program, reads its content identifier and, where
 // the framework allows, points it at the folder its sources are written to.
 func (r *Runtime) NewModel(p mil.Program) (*Model, error) {
-	m := &Model{r: r, src: p}
-	err := onThread(func() error {
+	m := &Model{r: r, src: p, t: r.timeouts(seqOf(p))}
+	trace("descriptor", "")
+	err := onThread(m.t.Call, func() error {
 		text := nsData([]byte(p.Text))
 		weights := nsDictionary(WeightsArgument(p))
 		desc := objc.ID(r.classes["_ANEInMemoryModelDescriptor"]).Send(selector("modelWithMILText:weights:optionsPlist:"), text, weights, objc.ID(0))
@@ -123,6 +125,11 @@ func (r *Runtime) NewModel(p mil.Program) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !validID(m.id) {
+		m.Close()
+		return nil, &CallError{Call: "model", Detail: fmt.Sprintf("the model's identifier %q is not a folder name", m.id)}
+	}
+	m.lc = lifecycle{src: r.sources, id: m.id, prog: p, fw: objcModel{m}}
 	return m, nil
 }
 
@@ -132,32 +139,58 @@ func (m *Model) Program() mil.Program { return m.src }
 // Identifier is the content identifier aned caches the compiled program by.
 func (m *Model) Identifier() string { return m.id }
 
-// Cached reports whether aned holds the program compiled: then it loads without compiling.
-func (m *Model) Cached() (bool, error) {
-	var cached bool
-	err := onThread(func() error {
-		cached = objc.Send[bool](m.obj, selector("compiledModelExists"))
-		return nil
-	})
-	return cached, err
-}
+// Cached reports whether the program loads without a compile: aned holds it, or its compiled
+// folder was kept (and is now restored where the framework loads it from).
+func (m *Model) Cached() (bool, error) { return m.lc.cached() }
+
+// Held is what the last Cached found: FromAned, FromKept, or "" for nothing.
+func (m *Model) Held() Origin { return m.lc.held }
 
 // Compile writes the program's sources where the compiler reads them (Sources) and compiles
 // it.
-func (m *Model) Compile() error {
-	if _, err := m.r.sources.Write(m.id, m.src); err != nil {
-		return fmt.Errorf("writing the program's sources: %w", err)
-	}
-	return m.call("compile", "compileWithQoS:options:error:")
+func (m *Model) Compile() error { return m.lc.compileNow() }
+
+// Load makes the program resident on the device; after a compile it keeps the compiled folder.
+func (m *Model) Load() error { return m.lc.loadNow() }
+
+// Origin is how the loaded program got onto the device; KeepErr why its compiled folder could
+// not be kept, if it could not.
+func (m *Model) Origin() Origin     { return m.lc.origin }
+func (m *Model) KeepErr() error     { return m.lc.keepErr }
+func (m *Model) Timeouts() Timeouts { return m.t }
+
+// objcModel is the lifecycle's framework: the private API on one model, each call bounded.
+type objcModel struct{ m *Model }
+
+func (o objcModel) compiledModelExists() (bool, error) {
+	var held bool
+	err := onThread(o.m.t.Call, func() error {
+		held = objc.Send[bool](o.m.obj, selector("compiledModelExists"))
+		return nil
+	})
+	return held, err
 }
 
-// Load makes the compiled program resident on the device.
-func (m *Model) Load() error { return m.call("load", "loadWithQoS:options:error:") }
+func (o objcModel) compile() error {
+	return o.m.call(o.m.t.Compile, "compile", "compileWithQoS:options:error:")
+}
+func (o objcModel) load() error { return o.m.call(o.m.t.Load, "load", "loadWithQoS:options:error:") }
+
+func (o objcModel) unload() error {
+	return onThread(o.m.t.Call, func() error {
+		var nserr objc.ID
+		if !objc.Send[bool](o.m.obj, selector("unloadWithQoS:error:"), uint32(qos), unsafe.Pointer(&nserr)) {
+			return callError("unload", nserr)
+		}
+		return nil
+	})
+}
 
 // Attributes reads the loaded program's input and output symbols.
 func (m *Model) Attributes() (Attributes, error) {
 	var raw any
-	err := onThread(func() error {
+	trace("modelAttributes", m.id)
+	err := onThread(m.t.Call, func() error {
 		d := m.obj.Send(selector("modelAttributes"))
 		if d == 0 {
 			return &CallError{Call: "attributes", Detail: "the model has no attributes (is it loaded?)"}
@@ -178,7 +211,8 @@ func (m *Model) Attributes() (Attributes, error) {
 // RawAttributes is the modelAttributes dictionary as Go values, for a diagnostic report.
 func (m *Model) RawAttributes() (map[string]any, error) {
 	var raw any
-	err := onThread(func() error {
+	trace("modelAttributes", m.id)
+	err := onThread(m.t.Call, func() error {
 		if d := m.obj.Send(selector("modelAttributes")); d != 0 {
 			raw = goValue(d, 0)
 		}
@@ -188,29 +222,20 @@ func (m *Model) RawAttributes() (map[string]any, error) {
 	return attrs, err
 }
 
-// Unload releases the program from the device and removes its sources.
-func (m *Model) Unload() error {
-	err := onThread(func() error {
-		var nserr objc.ID
-		if !objc.Send[bool](m.obj, selector("unloadWithQoS:error:"), uint32(qos), unsafe.Pointer(&nserr)) {
-			return callError("unload", nserr)
-		}
-		return nil
-	})
-	_ = m.r.sources.Remove(m.id)
-	return err
-}
+// Unload releases the program from the device and removes its folder; the kept copy of its
+// compiled folder stays for the next process.
+func (m *Model) Unload() error { return m.lc.unloadNow() }
 
 // Close releases the model object.
 func (m *Model) Close() {
-	_ = onThread(func() error {
+	_ = onThread(m.t.Call, func() error {
 		m.obj.Send(selector("release"))
 		return nil
 	})
 }
 
-func (m *Model) call(name, sel string) error {
-	return onThread(func() error {
+func (m *Model) call(limit time.Duration, name, sel string) error {
+	return onThread(limit, func() error {
 		var nserr objc.ID
 		options := nsDictionary(nil)
 		if !objc.Send[bool](m.obj, selector(sel), uint32(qos), options, unsafe.Pointer(&nserr)) {
@@ -220,15 +245,30 @@ func (m *Model) call(name, sel string) error {
 	})
 }
 
-// callError reads an NSError.
+// callError reads an NSError whole: domain, code, description, userInfo and its underlying
+// error (NSUnderlyingErrorKey is the string "NSUnderlyingError"), to a bounded depth.
 func callError(call string, nserr objc.ID) error {
-	e := &CallError{Call: call}
-	if nserr != 0 {
-		e.Domain = goString(nserr.Send(selector("domain")))
-		e.Code = objc.Send[int](nserr, selector("code"))
-		e.Detail = goString(nserr.Send(selector("localizedDescription")))
-	}
+	e := readNSError(nserr, 0)
+	e.Call = call
 	e.ResourcesExhausted = call == "load" && loadResourceCodes[e.Code]
+	return e
+}
+
+func readNSError(nserr objc.ID, depth int) *CallError {
+	e := &CallError{}
+	if nserr == 0 {
+		return e
+	}
+	e.Domain = goString(nserr.Send(selector("domain")))
+	e.Code = objc.Send[int](nserr, selector("code"))
+	e.Detail = goString(nserr.Send(selector("localizedDescription")))
+	if info := nserr.Send(selector("userInfo")); info != 0 {
+		e.UserInfo, _ = goValue(info, 0).(map[string]any)
+		under := info.Send(selector("objectForKey:"), nsString("NSUnderlyingError"))
+		if under != 0 && depth < 4 && objc.Send[bool](under, selector("isKindOfClass:"), objc.ID(objc.GetClass("NSError"))) {
+			e.Underlying = readNSError(under, depth+1)
+		}
+	}
 	return e
 }
 
@@ -236,7 +276,7 @@ func callError(call string, nserr objc.ID) error {
 // answers it.
 func (r *Runtime) DeviceInfo() DeviceInfo {
 	var info DeviceInfo
-	_ = onThread(func() error {
+	_ = onThread(30*time.Second, func() error {
 		cls := objc.ID(objc.GetClass("_ANEDeviceInfo"))
 		if cls == 0 {
 			return nil

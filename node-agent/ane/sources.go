@@ -43,7 +43,7 @@ func (s Sources) Dir(id string) string { return filepath.Join(s.Root, id) }
 // Write writes model.mil and weights/weight.bin for the model with identifier id, the files
 // the program's BLOBFILE paths (@model_path/weights/weight.bin) name.
 func (s Sources) Write(id string, p mil.Program) (string, error) {
-	if id == "" || filepath.Base(id) != id {
+	if !validID(id) {
 		return "", fmt.Errorf("model identifier %q is not a folder name", id)
 	}
 	dir := s.Dir(id)
@@ -61,7 +61,7 @@ func (s Sources) Write(id string, p mil.Program) (string, error) {
 
 // Remove deletes the model's folder.
 func (s Sources) Remove(id string) error {
-	if id == "" || filepath.Base(id) != id {
+	if !validID(id) {
 		return nil
 	}
 	return os.RemoveAll(s.Dir(id))

@@ -78,6 +78,8 @@ type Model struct {
 	Weights  *Tensors
 	Embedder *family.Embedder
 	programs Programs
+	// goldens are the parity gate's inputs and outputs (none for an artifact without them).
+	goldens []Golden
 }
 
 // Load reads an artifact directory the verifier has passed.
@@ -92,6 +94,11 @@ func Load(dir string) (*Model, error) {
 	if err := readJSON(filepath.Join(dir, ProgramsFile), &m.programs); err != nil {
 		return nil, err
 	}
+	if gp := filepath.Join(dir, GoldensFile); fileExists(gp) {
+		if err := readJSON(gp, &m.goldens); err != nil {
+			return nil, err
+		}
+	}
 	w, err := OpenTensors("", filepath.Join(dir, WeightsFile))
 	if err != nil {
 		return nil, err
@@ -102,6 +109,23 @@ func Load(dir string) (*Model, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// Goldens are the goldens at rung: the converter's gate ran there and these are its fp16
+// outputs (none for a rung the gate did not run at).
+func (m *Model) Goldens(rung int) []Golden {
+	var out []Golden
+	for _, g := range m.goldens {
+		if g.Rung == rung {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // Close releases the weights.

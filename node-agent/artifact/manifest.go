@@ -121,8 +121,13 @@ type Parity struct {
 	Status string `json:"status"`
 	// Goldens names the golden outputs it was checked against (a file of the artifact).
 	Goldens string `json:"goldens"`
-	// MaxAbsError is the largest difference found.
+	// MaxAbsError is the largest difference found; MinCosine the smallest cosine between a
+	// golden's embedding and the reference's (0 when the gate did not measure it).
 	MaxAbsError float64 `json:"maxAbsError"`
+	MinCosine   float64 `json:"minCosine,omitempty"`
+	// Input says what the goldens were made of (the tokenizer's encoding of a fixed text, or
+	// random token ids for a checkpoint without a tokenizer).
+	Input string `json:"input,omitempty"`
 	// Rungs are the rungs the gate ran at (a converted artifact's; a sim artifact's gate runs
 	// at every rung and lists none).
 	Rungs []int `json:"rungs,omitempty"`

@@ -470,3 +470,34 @@ func TestEveryLayerOfBothFamiliesPassesTheValidatorAtEveryRung(t *testing.T) {
 		}
 	}
 }
+
+// TestTheDownProjectionIsScaledAroundItsConvolution: in both families the MLP's activation is
+// divided by 16 before the down projection's convolution and its result multiplied by 16
+// after (maderix/h3.c-ane h3_ane_block.m), so the accumulator holds a sixteenth of the sums.
+func TestTheDownProjectionIsScaledAroundItsConvolution(t *testing.T) {
+	for _, tc := range []struct {
+		c    family.Config
+		down string
+	}{{tinyModernBERT(), "mlp_wo"}, {tinyQwen3(), "mlp_down_proj"}} {
+		g, y, err := family.Layer(tc.c, 1, 64, randomWeights(tc.c, 7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := g.Program(y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{
+			tc.down + "_in_by = const()[name = string(\"" + tc.down + "_in_by\"), val = fp16(0.0625)]",
+			tc.down + "_in = mul(x = mlp_act, y = " + tc.down + "_in_by)",
+			"x = " + tc.down + "_in)[name = string(\"" + tc.down + "\")]",
+			tc.down + "_out_by = const()[name = string(\"" + tc.down + "_out_by\"), val = fp16(16)]",
+			tc.down + "_out = mul(x = " + tc.down + ", y = " + tc.down + "_out_by)",
+			"add(x = attn_residual, y = " + tc.down + "_out)",
+		} {
+			if !strings.Contains(p.Text, want) {
+				t.Errorf("%s: the program lacks %q", tc.c.Kind, want)
+			}
+		}
+	}
+}

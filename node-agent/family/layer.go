@@ -84,7 +84,7 @@ func modernBERTLayer(c Config, i int, g *mil.Graph, x, mask mil.Value, t *tensor
 	n := g.LayerNorm("mlp_norm", x, t.get("mlp_norm.weight", h), c.NormEps)
 	wi := g.Linear("mlp_wi", n, 2*c.Intermediate, t.get("mlp.Wi.weight", 2*c.Intermediate, h))
 	act := g.Mul("mlp_act", g.GELUExact("mlp_gelu", g.Slice("mlp_input", wi, 0, c.Intermediate)), g.Slice("mlp_gate", wi, c.Intermediate, 2*c.Intermediate))
-	x = g.Add("mlp_residual", x, g.Linear("mlp_wo", act, h, t.get("mlp.Wo.weight", h, c.Intermediate)))
+	x = g.Add("mlp_residual", x, downProjection(g, "mlp_wo", act, h, t.get("mlp.Wo.weight", h, c.Intermediate)))
 	if t.last {
 		x = g.LayerNorm("final_norm", x, t.top("final_norm.weight", h), c.NormEps)
 	}
@@ -105,7 +105,7 @@ func qwen3Layer(c Config, g *mil.Graph, x, mask mil.Value, t *tensors) mil.Value
 	n = g.RMSNorm("post_attn_norm", x, t.get("post_attention_layernorm.weight", h), c.NormEps)
 	gate := g.SiLU("mlp_silu", g.Linear("mlp_gate_proj", n, c.Intermediate, t.get("mlp.gate_proj.weight", c.Intermediate, h)))
 	up := g.Linear("mlp_up_proj", n, c.Intermediate, t.get("mlp.up_proj.weight", c.Intermediate, h))
-	x = g.Add("mlp_residual", x, g.Linear("mlp_down_proj", g.Mul("mlp_act", gate, up), h, t.get("mlp.down_proj.weight", h, c.Intermediate)))
+	x = g.Add("mlp_residual", x, downProjection(g, "mlp_down_proj", g.Mul("mlp_act", gate, up), h, t.get("mlp.down_proj.weight", h, c.Intermediate)))
 	if t.last {
 		x = g.RMSNorm("final_norm", x, t.top("norm.weight", h), c.NormEps)
 	}
@@ -140,4 +140,17 @@ func product(shape []int) int {
 		n *= d
 	}
 	return n
+}
+
+// downScale divides the MLP's activation before its down projection and multiplies the result
+// back: the projection sums thousands of products, and the accumulator of a trained model's
+// down projection passes fp16's 65,504 (maderix/h3.c-ane h3_ane_block.m: "a power-of-two
+// pre/post scale keeps every partial sum in range", by 1/16). A power of two loses nothing but
+// the activations below 2^-10, which fp16 holds only as subnormals anyway.
+const downScale = 16
+
+// downProjection is the MLP's down projection, scaled by downScale around the convolution.
+func downProjection(g *mil.Graph, name string, act mil.Value, out int, w []float32) mil.Value {
+	scaled := g.Scale(name+"_in", act, 1.0/downScale)
+	return g.Scale(name+"_out", g.Linear(name, scaled, out, w), downScale)
 }

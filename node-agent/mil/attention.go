@@ -113,24 +113,17 @@ func (g *Graph) Attention(name string, q, k, v, mask Value, a Attention) Value {
 	qn, kn, vn := heads("q", q.name), heads("k", kin), heads("v", vin)
 
 	// The per-head norms, over each head's dimensions (the last axis), as h3.c-ane's
-	// emit_head_norm_rope.
+	// emit_head_norm_rope, scaled by each row's largest magnitude first as the channel norms
+	// are (scaledNorm): a query or key head's squares overflow fp16 as a residual's do.
 	var qg, kg stored
 	if a.QNorm != nil || a.KNorm != nil {
-		axes := b.ints(n("normaxes"), 3)
-		keep := b.boolean(n("normkeep"), true)
-		eps := b.scalar(n("normeps"), DeviceEpsilon(a.NormEps))
-		nhalf := b.scalar(n("nhalf"), -0.5)
 		norm := func(which, src string, gamma []float32) (string, stored) {
 			if gamma == nil {
 				return src, stored{}
 			}
 			gname, gw := b.weight(n(which+"norm_gamma"), [4]int{1, 1, 1, d}, gamma)
-			row := t4(1, h, seq, 1)
-			sq := b.op(heads4, n(which+"sq"), fmt.Sprintf("mul(x = %s, y = %s)", src, src))
-			ms := b.op(row, n(which+"ms"), fmt.Sprintf("reduce_mean(axes = %s, keep_dims = %s, x = %s)", axes, keep, sq))
-			ve := b.op(row, n(which+"var"), fmt.Sprintf("add(x = %s, y = %s)", ms, eps))
-			inv := b.op(row, n(which+"inv"), fmt.Sprintf("pow(x = %s, y = %s)", ve, nhalf))
-			n0 := b.op(heads4, n(which+"n0"), fmt.Sprintf("mul(x = %s, y = %s)", src, inv))
+			z, inv := b.scaledNorm(n(which+"norm"), src, heads4, t4(1, h, seq, 1), 3, a.NormEps)
+			n0 := b.op(heads4, n(which+"n0"), fmt.Sprintf("mul(x = %s, y = %s)", z, inv))
 			return b.op(heads4, n(which+"n"), fmt.Sprintf("mul(x = %s, y = %s)", n0, gname)), gw
 		}
 		qn, qg = norm("q", qn, a.QNorm)
@@ -164,32 +157,79 @@ func (g *Graph) Attention(name string, q, k, v, mask Value, a Attention) Value {
 		qn, kn = rot("q", qn), rot("k", kn)
 	}
 
-	// Scores [1, h, S (queries), S (keys)], scaled, plus the key mask and the structural mask.
+	// Scores [1, h, rows (queries), S (keys)], scaled, plus the key mask and the structural
+	// mask, softmax over the keys, times the values: for all queries at once when the scores
+	// fit the working set, else for tiles of query rows, concatenated back (h3.c-ane
+	// h3_ane_block.m tiles 512 query rows; tileRows picks the tile).
 	scale := fp16(float32(1 / math.Sqrt(float64(d))))
-	scores4 := t4(1, h, seq, seq)
 	yes := b.boolean(n("true"), true)
 	no := b.boolean(n("false"), false)
 	sc := b.scalar(n("scale"), scale)
-	scores := b.op(scores4, n("scores"), fmt.Sprintf("matmul(transpose_x = %s, transpose_y = %s, x = %s, y = %s)", no, yes, qn, kn))
+	var smax string
+	var keys bandKeys
 	b.work = append(b.work, matmulWork{Matmul: Matmul{M: seq, N: seq, K: d, Count: h, TransB: true}},
 		matmulWork{Matmul: Matmul{M: seq, N: d, K: seq, Count: h}})
-	scaled := b.op(scores4, n("scaled"), fmt.Sprintf("mul(x = %s, y = %s)", scores, sc))
-	logits := b.op(scores4, n("masked"), fmt.Sprintf("add(x = %s, y = %s)", scaled, mask.name))
-	if a.Causal || a.Window > 0 {
-		band := b.band(n("band"), seq, a.Causal, a.Window)
-		logits = b.op(scores4, n("banded"), fmt.Sprintf("add(x = %s, y = %s)", logits, band))
+	rows := tileRows(h, seq)
+	// attend is attention for the queries q4 ([1, h, r, d], rows r0..r0+r-1); sfx names the
+	// tile's operations ("" when there is one tile, so an untiled program is as before).
+	attend := func(q4 string, r0, r int, sfx string) string {
+		scores4 := t4(1, h, r, seq)
+		scores := b.op(scores4, n("scores"+sfx), fmt.Sprintf("matmul(transpose_x = %s, transpose_y = %s, x = %s, y = %s)", no, yes, q4, kn))
+		scaled := b.op(scores4, n("scaled"+sfx), fmt.Sprintf("mul(x = %s, y = %s)", scores, sc))
+		logits := b.op(scores4, n("masked"+sfx), fmt.Sprintf("add(x = %s, y = %s)", scaled, mask.name))
+		if a.Causal || a.Window > 0 {
+			band := b.band(n("band"+sfx), &keys, seq, r0, r, a.Causal, a.Window)
+			logits = b.op(scores4, n("banded"+sfx), fmt.Sprintf("add(x = %s, y = %s)", logits, band))
+		}
+		if smax == "" {
+			smax = b.int32(n("softmaxaxis"), -1)
+		}
+		probs := b.op(scores4, n("probs"+sfx), fmt.Sprintf("softmax(axis = %s, x = %s)", smax, logits))
+		return b.op(t4(1, h, r, d), n("heads"+sfx), fmt.Sprintf("matmul(transpose_x = %s, transpose_y = %s, x = %s, y = %s)", no, no, probs, vn))
 	}
-	smax := b.int32(n("softmaxaxis"), -1)
-	probs := b.op(scores4, n("probs"), fmt.Sprintf("softmax(axis = %s, x = %s)", smax, logits))
-	att := b.op(heads4, n("heads"), fmt.Sprintf("matmul(transpose_x = %s, transpose_y = %s, x = %s, y = %s)", no, no, probs, vn))
+	var att string
+	if rows >= seq {
+		att = attend(qn, 0, seq, "")
+	} else {
+		var parts []string
+		for r0 := 0; r0 < seq; r0 += rows {
+			r := min(rows, seq-r0)
+			sfx := fmt.Sprintf("_tile%d", r0/rows)
+			begin := b.ints(n("qbegin"+sfx), 0, 0, r0, 0)
+			size := b.ints(n("qsize"+sfx), 1, h, r, d)
+			q4 := b.op(t4(1, h, r, d), n("q"+sfx), fmt.Sprintf("slice_by_size(begin = %s, size = %s, x = %s)", begin, size, qn))
+			parts = append(parts, attend(q4, r0, r, sfx))
+		}
+		axis := b.int32(n("tileaxis"), 2)
+		interleave := b.boolean(n("tileinterleave"), false)
+		att = b.op(heads4, n("heads"), fmt.Sprintf("concat(axis = %s, interleave = %s, values = (%s))", axis, interleave, strings.Join(parts, ", ")))
+	}
 	back := b.op(t4(1, h, d, seq), n("headst"), fmt.Sprintf("transpose(perm = %s, x = %s)", perm, att))
 	oshape := b.ints(n("outshape"), 1, h*d, 1, seq)
 	b.op(g.tensor(h*d), name, fmt.Sprintf("reshape(shape = %s, x = %s)", oshape, back))
 
-	ref := attentionRef{a: a, seq: seq, qg: qg, kg: kg, cos: cos, sin: sin, scale: scale, eps: DeviceEpsilon(a.NormEps)}
+	ref := attentionRef{a: a, seq: seq, qg: qg, kg: kg, cos: cos, sin: sin, scale: scale, eps: a.NormEps}
 	return g.add(b, out, func(env map[string][]float32, p precision) []float32 {
 		return ref.eval(env[q.name], env[k.name], env[v.name], env[mask.name], p)
 	})
+}
+
+// maxTileRows is the most query rows one tile takes (maderix/h3.c-ane h3_ane_block.m
+// BLK_ATTN_TILE = 512).
+const maxTileRows = 512
+
+// tileRows is how many query rows attention over seq positions with h heads computes at once:
+// every query when the scores [1, h, S, S] and the structural mask fit MaxWorkingSet, else the
+// largest power of two up to maxTileRows whose scores [1, h, rows, S] do (at least 1).
+func tileRows(h, seq int) int {
+	if h*seq*seq*2 <= MaxWorkingSet {
+		return seq
+	}
+	rows := maxTileRows
+	for rows > 1 && h*rows*seq*2 > MaxWorkingSet {
+		rows /= 2
+	}
+	return rows
 }
 
 // repeatHeads repeats each of src's kvh heads (d channels each) group times, in order:
@@ -209,7 +249,8 @@ func (b *block) repeatHeads(prefix, src string, kvh, group, d, seq int) string {
 	return b.op(t4(1, kvh*group*d, 1, seq), prefix, fmt.Sprintf("concat(axis = %s, interleave = %s, values = (%s))", axis, interleave, strings.Join(parts, ", ")))
 }
 
-// band is the structural mask [1, 1, S, S]: MaskNegative where query t may not see key s
+// band is the structural mask of query rows r0..r0+rows-1, [1, 1, rows, S]: MaskNegative
+// where query t may not see key s
 // (s > t when causal; |s - t| > window/2 for a local window), 0 elsewhere. No reference shows
 // integer arithmetic compiling for the device (jafreck/ironmill ane-op-support-matrix.md:
 // "only on fp16/fp32 - integer arithmetic rejected"), and an S x S constant would be 128 MiB
@@ -218,18 +259,21 @@ func (b *block) repeatHeads(prefix, src string, kvh, group, d, seq int) string {
 // position is two exact digits base 64 and the distance is (khi - qhi)*64 + (klo - qlo): every
 // distance under 2048 in magnitude comes out exact and a larger one keeps its sign and stays
 // beyond 2048, so comparing it with 0 or with a window under 2048 is exact at any S.
-func (b *block) band(prefix string, seq int, causal bool, window int) string {
+func (b *block) band(prefix string, keys *bandKeys, seq, r0, rows int, causal bool, window int) string {
 	hi, lo := make([]float32, seq), make([]float32, seq)
 	for p := range seq {
 		hi[p], lo[p] = float32(p/bandRadix), float32(p%bandRadix)
 	}
-	qhi, _ := b.weight(prefix+"_qhi", [4]int{1, 1, seq, 1}, hi)
-	qlo, _ := b.weight(prefix+"_qlo", [4]int{1, 1, seq, 1}, lo)
-	khi, _ := b.weight(prefix+"_khi", [4]int{1, 1, 1, seq}, hi)
-	klo, _ := b.weight(prefix+"_klo", [4]int{1, 1, 1, seq}, lo)
-	reps := b.ints(prefix+"_reps", 1, 1, seq, 1)
+	qhi, _ := b.weight(prefix+"_qhi", [4]int{1, 1, rows, 1}, hi[r0:r0+rows])
+	qlo, _ := b.weight(prefix+"_qlo", [4]int{1, 1, rows, 1}, lo[r0:r0+rows])
+	if keys.hi == "" { // the key ramps are the same for every tile: declared once
+		keys.hi, _ = b.weight(prefix+"_khi", [4]int{1, 1, 1, seq}, hi)
+		keys.lo, _ = b.weight(prefix+"_klo", [4]int{1, 1, 1, seq}, lo)
+	}
+	khi, klo := keys.hi, keys.lo
+	reps := b.ints(prefix+"_reps", 1, 1, rows, 1)
 	radix := b.scalar(prefix+"_radix", bandRadix)
-	square := t4(1, 1, seq, seq)
+	square := t4(1, 1, rows, seq)
 	// Tiling the key ramps makes every subtraction broadcast one side only, as the
 	// references' masks do.
 	khit := b.op(square, prefix+"_khit", fmt.Sprintf("tile(reps = %s, x = %s)", reps, khi))
@@ -238,7 +282,7 @@ func (b *block) band(prefix string, seq int, causal bool, window int) string {
 	dlo := b.op(square, prefix+"_dlo", fmt.Sprintf("sub(x = %s, y = %s)", klot, qlo))
 	dhis := b.op(square, prefix+"_dhis", fmt.Sprintf("mul(x = %s, y = %s)", dhi, radix))
 	dist := b.op(square, prefix+"_dist", fmt.Sprintf("add(x = %s, y = %s)", dhis, dlo))
-	boolSquare := tensorType("bool", 1, 1, seq, seq)
+	boolSquare := tensorType("bool", 1, 1, rows, seq)
 	var far string
 	if causal {
 		zero := b.scalar(prefix+"_zero", 0)
@@ -252,6 +296,9 @@ func (b *block) band(prefix string, seq int, causal bool, window int) string {
 	visible := b.scalar(prefix+"_visible", 0)
 	return b.op(square, prefix, fmt.Sprintf("select(a = %s, b = %s, cond = %s)", hidden, visible, far))
 }
+
+// bandKeys are the names of the key position ramps, once declared.
+type bandKeys struct{ hi, lo string }
 
 // bandDistance is the distance key s - query t as band computes it in fp16, step by step.
 func bandDistance(t, s int) float32 {
@@ -311,11 +358,12 @@ func (r attentionRef) eval(q, k, v, mask []float32, p precision) []float32 {
 		if gamma == nil {
 			return
 		}
+		z := make([]float32, d)
 		for _, h := range hs {
 			for _, row := range h {
-				inv := p.rmsInv(row, r.eps)
+				inv := p.scaledNormRef(row, z, r.eps)
 				for i := range row {
-					row[i] = p.v(p.v(row[i]*inv) * gamma[i])
+					row[i] = p.v(p.v(z[i]*inv) * gamma[i])
 				}
 			}
 		}

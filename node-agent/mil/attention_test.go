@@ -17,7 +17,9 @@ limitations under the License.
 package mil
 
 import (
+	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -91,19 +93,19 @@ func TestLiteralsAreWrittenAsTheDeviceHoldsThemInPlainDecimal(t *testing.T) {
 			t.Errorf("fp16Literal(%v) = %s, want %s", tc.v, got, tc.want)
 		}
 	}
-	// Both catalog models' epsilons are fp16 subnormals: the programs carry the smallest normal.
-	for _, eps := range []float32{1e-5, 1e-6, 1e-12} {
-		if got := DeviceEpsilon(eps); got != MinNormalFP16 {
-			t.Errorf("DeviceEpsilon(%v) = %v, want %v", eps, got, MinNormalFP16)
+	// Both catalog models' epsilons are fp16 subnormals; the programs carry their square roots,
+	// which are normal, so the model's own epsilon is used, not a substitute.
+	for _, eps := range []float32{1e-5, 1e-6} {
+		r := rootEpsilon(eps)
+		if r < MinNormalFP16 || math.Abs(float64(r*r-eps))/float64(eps) > 2e-3 {
+			t.Errorf("rootEpsilon(%v) = %v, whose square is %v", eps, r, r*r)
 		}
-	}
-	if got := DeviceEpsilon(1e-3); got != fp16(1e-3) {
-		t.Errorf("a normal epsilon is changed: %v", got)
 	}
 }
 
 // TestAPaddedPositionStaysFiniteThroughANorm: a position of zeros (padding) through RMSNorm
-// gives zeros, not NaN, because the epsilon the program carries is not flushed to zero.
+// gives zeros, not NaN: its largest magnitude is floored at the smallest normal fp16 value, so
+// the inverse it is scaled by and the epsilon term stay finite.
 func TestAPaddedPositionStaysFiniteThroughANorm(t *testing.T) {
 	const c, seq = 8, 64
 	g, x := NewGraph(c, seq)
@@ -122,8 +124,178 @@ func TestAPaddedPositionStaysFiniteThroughANorm(t *testing.T) {
 			t.Fatalf("value %d is %v", i, v)
 		}
 	}
-	// What a flushed epsilon would do to the padded positions: pow(0 + 0, -0.5) * 0.
+	// What an unguarded norm would do to the padded positions: pow(0 + 0, -0.5) * 0.
 	if v := float32(math.Pow(0, -0.5)) * 0; !math.IsNaN(float64(v)) {
 		t.Fatalf("0 * pow(0, -0.5) = %v; the hazard this guards against is gone", v)
+	}
+}
+
+// TestAttentionAtLargeRungsIsTiledOverQueryRowsWithinTheWorkingSet: at S = 8192 in the shapes
+// of both catalog families the scores are computed for tiles of query rows, each tile's
+// scores and structural mask within MaxWorkingSet (the validator checks every tensor), the
+// tiles covering every query once, in order; at S = 512 nothing is tiled.
+func TestAttentionAtLargeRungsIsTiledOverQueryRowsWithinTheWorkingSet(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		a         Attention
+		seq, rows int
+	}{
+		{"qwen3", Attention{Heads: 16, KVHeads: 8, HeadDim: 128, Causal: true}, 8192, 128},
+		{"modernbert local", Attention{Heads: 12, KVHeads: 12, HeadDim: 64, Window: 128}, 8192, 128},
+		{"modernbert global", Attention{Heads: 12, KVHeads: 12, HeadDim: 64}, 2048, 512},
+		{"qwen3 at 512", Attention{Heads: 16, KVHeads: 8, HeadDim: 128, Causal: true}, 512, 512},
+	} {
+		q, kv := tc.a.Heads*tc.a.HeadDim, tc.a.KVHeads*tc.a.HeadDim
+		g, x := NewGraph(q+2*kv, tc.seq)
+		mask := g.Mask()
+		y := g.Attention("attn", g.Slice("q", x, 0, q), g.Slice("k", x, q, q+kv), g.Slice("v", x, q+kv, q+2*kv), mask, tc.a)
+		p, err := g.Program(y)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := tileRows(tc.a.Heads, tc.seq); got != tc.rows {
+			t.Fatalf("%s: %d rows a tile, want %d", tc.name, got, tc.rows)
+		}
+		if tc.rows == tc.seq {
+			if strings.Contains(p.Text, "_tile") {
+				t.Fatalf("%s: tiled at S = %d", tc.name, tc.seq)
+			}
+			continue
+		}
+		begins := regexp.MustCompile(`attn_qbegin_tile(\d+) = const\(\)\[name = string\("attn_qbegin_tile\d+"\), val = tensor<int32, \[4\]>\(\[0, 0, (\d+), 0\]\)\]`).FindAllStringSubmatch(p.Text, -1)
+		if len(begins) != tc.seq/tc.rows {
+			t.Fatalf("%s: %d tiles, want %d", tc.name, len(begins), tc.seq/tc.rows)
+		}
+		for i, b := range begins {
+			if b[1] != fmt.Sprint(i) || b[2] != fmt.Sprint(i*tc.rows) {
+				t.Fatalf("%s: tile %s starts at row %s, want tile %d at %d", tc.name, b[1], b[2], i, i*tc.rows)
+			}
+		}
+		if n := strings.Count(p.Text, "_khi = const()"); tc.a.Causal && n != 1 {
+			t.Fatalf("%s: the key ramps are declared %d times", tc.name, n)
+		}
+	}
+	// One head at S = 4096 holds exactly MaxWorkingSet of scores: not tiled, and allowed.
+	g, x := NewGraph(3*64, 4096)
+	mask := g.Mask()
+	y := g.Attention("attn", g.Slice("q", x, 0, 64), g.Slice("k", x, 64, 128), g.Slice("v", x, 128, 192), mask, Attention{Heads: 1, KVHeads: 1, HeadDim: 64})
+	if p, err := g.Program(y); err != nil || strings.Contains(p.Text, "_tile") {
+		t.Fatalf("32 MiB of scores: %v", err)
+	}
+}
+
+// TestANormHoldsLargeAndSmallPositionsInFP16: a late layer's residual (hundreds: its squares
+// pass fp16's 65,504), an early layer's (thousandths: below the smallest normal epsilon),
+// one with a single outlier channel, and a padded all-zero position all come out of the norms,
+// evaluated as the device holds every value, within cosine 0.9999 of the exact norm with the
+// model's own epsilon; the zero position comes out zero, not NaN.
+func TestANormHoldsLargeAndSmallPositionsInFP16(t *testing.T) {
+	const c, seq, eps = 256, 64, 1e-6
+	x := make([]float32, c*seq)
+	for i := range c {
+		x[i*seq+0] = float32(300 + i%7)              // late residual
+		x[i*seq+1] = float32(0.003 * float64(1+i%5)) // early, small
+		x[i*seq+2] = float32(0.5 * math.Sin(float64(i)))
+		x[i*seq+3] = 0 // padding
+	}
+	x[5*seq+2] = 900 // an outlier channel
+	gamma := make([]float32, c)
+	for i := range gamma {
+		gamma[i] = 1 + float32(i%3)/8
+	}
+	for _, kind := range []string{"rms", "layer"} {
+		g, in := NewGraph(c, seq)
+		var y Value
+		if kind == "rms" {
+			y = g.RMSNorm("n", in, gamma, eps)
+		} else {
+			y = g.LayerNorm("n", in, gamma, eps)
+		}
+		if _, err := g.Program(y); err != nil {
+			t.Fatal(err)
+		}
+		got, err := g.Eval(x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := range 4 {
+			col := make([]float64, c)
+			var mean float64
+			for i := range c {
+				col[i] = float64(x[i*seq+s])
+				mean += col[i] / c
+			}
+			var ms float64
+			for i := range c {
+				if kind == "layer" {
+					col[i] -= mean
+				}
+				ms += col[i] * col[i] / c
+			}
+			var dot, gg, ww float64
+			for i := range c {
+				want := col[i] / math.Sqrt(ms+eps) * float64(gamma[i])
+				v := float64(got[i*seq+s])
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					t.Fatalf("%s norm, position %d: %v", kind, s, v)
+				}
+				dot, gg, ww = dot+v*want, gg+v*v, ww+want*want
+			}
+			if s == 3 {
+				if gg != 0 {
+					t.Fatalf("%s norm: the padded position is not zero", kind)
+				}
+				continue
+			}
+			if cos := dot / math.Sqrt(gg*ww); cos < 0.9999 || math.Abs(math.Sqrt(gg/ww)-1) > 0.01 {
+				t.Fatalf("%s norm, position %d: cosine %v, norm ratio %v", kind, s, cos, math.Sqrt(gg/ww))
+			}
+		}
+	}
+}
+
+// TestTheHeadNormsHoldLargeQueriesAndKeysInFP16: Qwen3's per-head q and k norms square each
+// head's values as the channel norms do; a query or key head in the hundreds keeps its
+// direction in fp16 (within cosine 0.999 of the float32 evaluation), not zeroed by a square
+// past 65,504.
+func TestTheHeadNormsHoldLargeQueriesAndKeysInFP16(t *testing.T) {
+	const seq, d = 64, 16
+	g, x := NewGraph(3*d, seq)
+	mask := g.Mask()
+	gamma := make([]float32, d)
+	for i := range gamma {
+		gamma[i] = 1
+	}
+	y := g.Attention("attn", g.Slice("q", x, 0, d), g.Slice("k", x, d, 2*d), g.Slice("v", x, 2*d, 3*d), mask,
+		Attention{Heads: 1, KVHeads: 1, HeadDim: d, QNorm: gamma, KNorm: gamma, NormEps: 1e-6, Causal: true})
+	in := make([]float32, 3*d*seq)
+	for i := range 2 * d {
+		for s := range seq {
+			in[i*seq+s] = float32(300 * math.Sin(float64(i*7+s*3))) // q and k in the hundreds
+		}
+	}
+	for i := 2 * d; i < 3*d; i++ {
+		for s := range seq {
+			in[i*seq+s] = float32(math.Cos(float64(i + s)))
+		}
+	}
+	m := make([]float32, seq)
+	got, err := g.EvalMasked(in, m, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := g.EvalExact(in, m, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dot, gg, ww float64
+	for i := range want {
+		if math.IsNaN(float64(got[i])) {
+			t.Fatalf("value %d is NaN", i)
+		}
+		dot, gg, ww = dot+float64(got[i])*float64(want[i]), gg+float64(got[i])*float64(got[i]), ww+float64(want[i])*float64(want[i])
+	}
+	if cos := dot / math.Sqrt(gg*ww); cos < 0.999 {
+		t.Fatalf("cosine %v between the fp16 and float32 attention", cos)
 	}
 }

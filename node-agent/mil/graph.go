@@ -385,16 +385,73 @@ func (g *Graph) Slice(name string, x Value, from, to int) Value {
 
 // norm declares a norm's shared constants: the channel axis, keep_dims, its epsilon and the
 // -0.5 exponent.
-func (b *block) norm(name string, eps float32) (axes, keep, epsilon, nhalf string) {
-	return b.ints(name+"_axes", 1), b.boolean(name+"_keep", true), b.scalar(name+"_epsilon", DeviceEpsilon(eps)), b.scalar(name+"_nhalf", -0.5)
+// A norm squares its input, and fp16 squares overflow past 255.9 and vanish below 2^-12: the
+// residual stream of a late layer grows past the first (maderix/h3.c-ane h3_ane_block.m
+// pre-scales by 1/256 before squaring "for the grown late-block residuals"), and an early
+// layer's is small. A fixed scale trades one end for the other, and with it the model's
+// epsilon would have to scale by its square, far below what fp16 holds. So each position is
+// divided by its own largest magnitude m first (reduce_max over the channels and maximum,
+// both run on the device: jafreck/ironmill docs/design/ane/ane-op-support-matrix.md), which
+// keeps every square in [0, 1] and their mean at least 1/C, and the model's epsilon goes in
+// exactly as (sqrt(eps)/m)², since
+//
+//	x · (mean(x²) + eps)^-½ = z · (mean(z²) + eps/m²)^-½,  z = x/m.
+//
+// m is at least normFloor, so an all-zero (padded) position gives z = 0 and a finite inverse,
+// never 0 · inf.
+const normFloor = MinNormalFP16
+
+// scaledNorm emits z = x/m and the inverse root of mean(z²) + eps/m² over axis of x (of type
+// full; row is its type with that axis reduced), and returns their names.
+func (b *block) scaledNorm(name, x, full, row string, axis int, eps float32) (z, inv string) {
+	axes, keep := b.ints(name+"_axes", axis), b.boolean(name+"_keep", true)
+	floor, minus1 := b.scalar(name+"_floor", normFloor), b.scalar(name+"_minus1", -1)
+	rootEps, nhalf := b.scalar(name+"_rooteps", rootEpsilon(eps)), b.scalar(name+"_nhalf", -0.5)
+	a := b.op(full, name+"_abs", fmt.Sprintf("abs(x = %s)", x))
+	m := b.op(row, name+"_max", fmt.Sprintf("reduce_max(axes = %s, keep_dims = %s, x = %s)", axes, keep, a))
+	mf := b.op(row, name+"_maxfloor", fmt.Sprintf("maximum(x = %s, y = %s)", m, floor))
+	invm := b.op(row, name+"_invmax", fmt.Sprintf("pow(x = %s, y = %s)", mf, minus1))
+	z = b.op(full, name+"_z", fmt.Sprintf("mul(x = %s, y = %s)", x, invm))
+	sq := b.op(full, name+"_sq", fmt.Sprintf("mul(x = %s, y = %s)", z, z))
+	mean := b.op(row, name+"_mean", fmt.Sprintf("reduce_mean(axes = %s, keep_dims = %s, x = %s)", axes, keep, sq))
+	re := b.op(row, name+"_rooteps_m", fmt.Sprintf("mul(x = %s, y = %s)", invm, rootEps))
+	em := b.op(row, name+"_eps_m", fmt.Sprintf("mul(x = %s, y = %s)", re, re))
+	ve := b.op(row, name+"_var", fmt.Sprintf("add(x = %s, y = %s)", mean, em))
+	inv = b.op(row, name+"_inv", fmt.Sprintf("pow(x = %s, y = %s)", ve, nhalf))
+	return z, inv
+}
+
+// rootEpsilon is sqrt(eps) as the program holds it: normal in fp16 for every eps from 2^-28
+// up, which covers the catalog's 1e-5 and 1e-6 (eps itself is an fp16 subnormal for both).
+func rootEpsilon(eps float32) float32 {
+	return max(fp16(float32(math.Sqrt(float64(eps)))), MinNormalFP16)
+}
+
+// scaledNormRef is scaledNorm's CPU reference for one position's values x: z (into z) and
+// the inverse, each operation rounded as the device holds it.
+func (p precision) scaledNormRef(x, z []float32, eps float32) float32 {
+	var m float32
+	for _, v := range x {
+		m = max(m, float32(math.Abs(float64(v))))
+	}
+	invm := p.v(float32(math.Pow(float64(max(m, normFloor)), -1)))
+	var sum float64
+	for i, v := range x {
+		z[i] = p.v(v * invm)
+		sum += float64(p.v(z[i] * z[i]))
+	}
+	mean := p.v(float32(sum / float64(len(x))))
+	re := p.v(invm * p.v(rootEpsilon(eps)))
+	ve := p.v(mean + p.v(re*re))
+	return p.v(float32(math.Pow(float64(ve), -0.5)))
 }
 
 // LayerNorm normalises each position over the channels: (x - mean) / sqrt(var + eps) * gamma,
-// without a bias (the catalog's ModernBERT has none). It is composed from reduce_mean, sub,
-// mul, add and pow over the channel axis: jafreck/ironmill verifies layer_norm on the device
-// only over the last axis and without gamma (ane-op-support-matrix.md), while reduce_mean over
-// axis 1 and pow with a scalar exponent are verified, and the RMSNorm of maderix/ANE
-// training/stories_mil.h is built the same way.
+// without a bias (the catalog's ModernBERT has none). It is composed from reduce_mean, sub and
+// the scaled norm above over the channel axis: jafreck/ironmill verifies layer_norm on the
+// device only over the last axis and without gamma (ane-op-support-matrix.md), while
+// reduce_mean over axis 1 and pow with a scalar exponent are verified, and the RMSNorm of
+// maderix/ANE training/stories_mil.h is built the same way.
 func (g *Graph) LayerNorm(name string, x Value, gamma []float32, eps float32) Value {
 	c := x.channels
 	if len(gamma) != c {
@@ -402,36 +459,30 @@ func (g *Graph) LayerNorm(name string, x Value, gamma []float32, eps float32) Va
 		return Value{name: name, channels: c}
 	}
 	b := g.block()
-	axes, keep, epsilon, nhalf := b.norm(name, eps)
 	gname, gref := b.weight(name+"_gamma", [4]int{1, c, 1, 1}, gamma)
 	full, row := g.tensor(c), g.tensor(1)
-	mean := b.op(row, name+"_mean", fmt.Sprintf("reduce_mean(axes = %s, keep_dims = %s, x = %s)", axes, keep, x.name))
+	caxes, ckeep := b.ints(name+"_caxes", 1), b.boolean(name+"_ckeep", true)
+	mean := b.op(row, name+"_cmean", fmt.Sprintf("reduce_mean(axes = %s, keep_dims = %s, x = %s)", caxes, ckeep, x.name))
 	centered := b.op(full, name+"_centered", fmt.Sprintf("sub(x = %s, y = %s)", x.name, mean))
-	sq := b.op(full, name+"_sq", fmt.Sprintf("mul(x = %s, y = %s)", centered, centered))
-	variance := b.op(row, name+"_var", fmt.Sprintf("reduce_mean(axes = %s, keep_dims = %s, x = %s)", axes, keep, sq))
-	ve := b.op(row, name+"_vareps", fmt.Sprintf("add(x = %s, y = %s)", variance, epsilon))
-	inv := b.op(row, name+"_inv", fmt.Sprintf("pow(x = %s, y = %s)", ve, nhalf))
-	normed := b.op(full, name+"_norm", fmt.Sprintf("mul(x = %s, y = %s)", centered, inv))
+	z, inv := b.scaledNorm(name, centered, full, row, 1, eps)
+	normed := b.op(full, name+"_norm", fmt.Sprintf("mul(x = %s, y = %s)", z, inv))
 	b.op(full, name, fmt.Sprintf("mul(x = %s, y = %s)", normed, gname))
-	seq, e := g.seq, DeviceEpsilon(eps)
+	seq := g.seq
 	return g.add(b, Value{name: name, channels: c}, func(env map[string][]float32, p precision) []float32 {
 		xs, out, gw := env[x.name], make([]float32, c*seq), gref.valuesFor(p)
-		d := make([]float32, c)
+		d, z := make([]float32, c), make([]float32, c)
 		for s := range seq {
 			var sum float64
 			for i := range c {
 				sum += float64(xs[i*seq+s])
 			}
 			m := p.v(float32(sum / float64(c)))
-			var sq float64
 			for i := range c {
 				d[i] = p.v(xs[i*seq+s] - m)
-				sq += float64(p.v(d[i] * d[i]))
 			}
-			v := p.v(float32(sq / float64(c)))
-			inv := p.v(float32(math.Pow(float64(p.v(v+e)), -0.5)))
+			inv := p.scaledNormRef(d, z, eps)
 			for i := range c {
-				out[i*seq+s] = p.v(p.v(d[i]*inv) * gw[i])
+				out[i*seq+s] = p.v(p.v(z[i]*inv) * gw[i])
 			}
 		}
 		return out
@@ -441,8 +492,9 @@ func (g *Graph) LayerNorm(name string, x Value, gamma []float32, eps float32) Va
 // RMSNorm normalises each position by its root mean square over the channels, times gamma:
 // x * pow(mean(x²) + eps, -0.5) * gamma, the form of maderix/ANE training/stories_mil.h,
 // maderix/h3.c-ane h3_ane_block.m emit_rms_norm and jafreck/ironmill's verified RMSNorm
-// pattern. Not rsqrt: without an epsilon argument the compiler is reported to reject it
-// silently (jafreck/ironmill ane-op-support-matrix.md, "The epsilon discovery").
+// pattern, over x scaled by its largest magnitude (scaledNorm). Not rsqrt: without an epsilon
+// argument the compiler is reported to reject it silently (jafreck/ironmill
+// ane-op-support-matrix.md, "The epsilon discovery").
 func (g *Graph) RMSNorm(name string, x Value, gamma []float32, eps float32) Value {
 	c := x.channels
 	if len(gamma) != c {
@@ -450,29 +502,58 @@ func (g *Graph) RMSNorm(name string, x Value, gamma []float32, eps float32) Valu
 		return Value{name: name, channels: c}
 	}
 	b := g.block()
-	axes, keep, epsilon, nhalf := b.norm(name, eps)
 	gname, gref := b.weight(name+"_gamma", [4]int{1, c, 1, 1}, gamma)
-	full, row := g.tensor(c), g.tensor(1)
-	sq := b.op(full, name+"_sq", fmt.Sprintf("mul(x = %s, y = %s)", x.name, x.name))
-	mean := b.op(row, name+"_mean", fmt.Sprintf("reduce_mean(axes = %s, keep_dims = %s, x = %s)", axes, keep, sq))
-	ve := b.op(row, name+"_var", fmt.Sprintf("add(x = %s, y = %s)", mean, epsilon))
-	inv := b.op(row, name+"_inv", fmt.Sprintf("pow(x = %s, y = %s)", ve, nhalf))
-	normed := b.op(full, name+"_norm", fmt.Sprintf("mul(x = %s, y = %s)", x.name, inv))
+	full := g.tensor(c)
+	z, inv := b.scaledNorm(name, x.name, full, g.tensor(1), 1, eps)
+	normed := b.op(full, name+"_norm", fmt.Sprintf("mul(x = %s, y = %s)", z, inv))
 	b.op(full, name, fmt.Sprintf("mul(x = %s, y = %s)", normed, gname))
-	seq, e := g.seq, DeviceEpsilon(eps)
+	seq := g.seq
 	return g.add(b, Value{name: name, channels: c}, func(env map[string][]float32, p precision) []float32 {
 		xs, out, gw := env[x.name], make([]float32, c*seq), gref.valuesFor(p)
-		col := make([]float32, c)
+		col, z := make([]float32, c), make([]float32, c)
 		for s := range seq {
 			for i := range c {
 				col[i] = xs[i*seq+s]
 			}
-			inv := p.rmsInv(col, e)
+			inv := p.scaledNormRef(col, z, eps)
 			for i := range c {
-				out[i*seq+s] = p.v(p.v(xs[i*seq+s]*inv) * gw[i])
+				out[i*seq+s] = p.v(p.v(z[i]*inv) * gw[i])
 			}
 		}
 		return out
+	})
+}
+
+// AddMask adds the key mask to every channel of x: the simplest program of two inputs, which
+// the ladder runs to check that a request binds two inputs before any attention depends on it.
+func (g *Graph) AddMask(name string, x, mask Value) Value {
+	if mask.name != "mask" {
+		g.fail("%s: the key mask must be the graph's mask input", name)
+	}
+	b := g.block()
+	b.op(g.tensor(x.channels), name, fmt.Sprintf("add(x = %s, y = %s)", x.name, mask.name))
+	seq := g.seq
+	return g.add(b, Value{name: name, channels: x.channels}, func(env map[string][]float32, p precision) []float32 {
+		xs, m, out := env[x.name], env[mask.name], make([]float32, len(env[x.name]))
+		for i, v := range xs {
+			out[i] = v + m[i%seq]
+		}
+		return p.s(out)
+	})
+}
+
+// Scale multiplies x by the constant s.
+func (g *Graph) Scale(name string, x Value, s float32) Value {
+	b := g.block()
+	k := b.scalar(name+"_by", s)
+	b.op(g.tensor(x.channels), name, fmt.Sprintf("mul(x = %s, y = %s)", x.name, k))
+	sv := fp16(s)
+	return g.add(b, Value{name: name, channels: x.channels}, func(env map[string][]float32, p precision) []float32 {
+		xs, out := env[x.name], make([]float32, len(env[x.name]))
+		for i, v := range xs {
+			out[i] = v * sv
+		}
+		return p.s(out)
 	})
 }
 
@@ -561,18 +642,6 @@ func fp16(v float32) float32 { return float16.Fromfloat32(v).Float32() }
 // MinNormalFP16 is the smallest normal fp16 value, 2^-14.
 const MinNormalFP16 = 1.0 / 16384
 
-// DeviceEpsilon is the epsilon a norm's program carries for a model's eps: eps in fp16, or the
-// smallest normal fp16 value when eps is smaller. Both catalog models' epsilons (1e-5, 1e-6)
-// are fp16 subnormals, which the device is reported to flush to zero; a zero epsilon turns
-// an all-zero position (a padded one) into pow(0, -0.5) = inf and then 0 * inf = NaN, which
-// the attention spreads to every position. The CPU reference uses the same value.
-func DeviceEpsilon(eps float32) float32 {
-	if e := fp16(eps); e >= MinNormalFP16 {
-		return e
-	}
-	return MinNormalFP16
-}
-
 // precision is how an evaluation holds activations: rounded to fp16 after every operation, as
 // the device does, or (exact) kept in float32; original reads the constants as they were given.
 type precision struct{ exact, original bool }
@@ -582,18 +651,6 @@ func (p precision) v(x float32) float32 {
 		return x
 	}
 	return fp16(x)
-}
-
-// rmsInv is pow(mean(x^2) + eps, -0.5) as the MIL steps compute it: each square, the mean,
-// the sum and the power rounded in turn, so a square fp16 cannot hold overflows here as it
-// does on the device (the mean is accumulated wider, as the device's reduction is).
-func (p precision) rmsInv(x []float32, eps float32) float32 {
-	var sum float64
-	for _, v := range x {
-		sum += float64(p.v(v * v))
-	}
-	mean := p.v(float32(sum / float64(len(x))))
-	return p.v(float32(math.Pow(float64(p.v(mean+eps)), -0.5)))
 }
 
 func (p precision) s(x []float32) []float32 {

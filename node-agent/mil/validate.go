@@ -72,10 +72,21 @@ const (
 	// of its type and size (apple/coremltools mlmodel/src/MILBlob/Blob/StorageFormat.hpp), and
 	// every record is used.
 	RuleBlob Rule = "blobfile"
+	// RuleWorkingSet: no tensor with two inner axes over 1 (attention's heads, scores and
+	// probabilities, [1, h, rows, cols], and the structural mask) holds more than
+	// MaxWorkingSet bytes: the device's on-chip memory is about 32 MB (jafreck/ironmill
+	// docs/design/ane/ane-constraints.md, "Stay under 32 MB working set"), and the references
+	// tile attention's query rows to stay in it (maderix/h3.c-ane h3_ane_block.m
+	// BLK_ATTN_TILE). Activations [1, C, 1, S] stream through the convolution engine and are
+	// not counted.
+	RuleWorkingSet Rule = "working-set"
 )
 
 // MaxDim is the largest dimension the device takes.
 const MaxDim = 16384
+
+// MaxWorkingSet is the most bytes one attention tensor may hold (RuleWorkingSet).
+const MaxWorkingSet = 32 << 20
 
 // ValidationError is a program that breaks a rule.
 type ValidationError struct {
@@ -150,7 +161,8 @@ type opSpec struct {
 // knownOps are the operations programs may use: each is one the references compile and run
 // on the device in this form. Sources: jafreck/ironmill docs/design/ane/ane-op-support-matrix.md
 // (compiled, executed and checked on the device: add, sub, mul, pow with a scalar exponent,
-// abs, erf, silu, softmax, reduce_mean over axis 1 and -1, matmul with transpose flags,
+// abs, erf, silu, softmax, reduce_mean and reduce_max over axis 1 and -1, maximum, matmul
+// with transpose flags,
 // concat, tile, slice and reshape as intermediates, greater, select, rsqrt with epsilon);
 // maderix/ANE training/stories_mil.h and maderix/h3.c-ane h3_ane_block.m (conv 1x1, reshape,
 // transpose, slice_by_size, matmul with transpose_y, softmax, pow(x, -0.5) in working
@@ -168,6 +180,8 @@ var knownOps = map[string]opSpec{
 	"silu":        {args: map[string]argKind{"x": data}, infer: inferSame},
 	"softmax":     {args: map[string]argKind{"x": data, "axis": intParam}, infer: inferSame},
 	"reduce_mean": {args: map[string]argKind{"x": data, "axes": intsParam, "keep_dims": boolParam}, infer: inferReduce},
+	"reduce_max":  {args: map[string]argKind{"x": data, "axes": intsParam, "keep_dims": boolParam}, infer: inferReduce},
+	"maximum":     {args: map[string]argKind{"x": scalarData, "y": scalarData}, infer: inferBroadcast("fp16", "x", "y")},
 	"matmul":      {args: map[string]argKind{"x": data, "y": data, "transpose_x": boolParam, "transpose_y": boolParam}, infer: inferMatmul},
 	"reshape":     {args: map[string]argKind{"x": data, "shape": intsParam}, infer: inferReshape},
 	"transpose":   {args: map[string]argKind{"x": data, "perm": intsParam}, infer: inferTranspose},
@@ -576,8 +590,21 @@ func (v *validator) operation(name string, typ mtype, opName, argText string) er
 		}
 		return v.fail(rule, "%s is declared %s but %s gives %s", name, typ, opName, want)
 	}
+	if len(typ.shape) == 4 && typ.shape[2] > 1 && typ.shape[3] > 1 {
+		if bytes := product(typ.shape) * dtypeBytes(typ.dtype); bytes > MaxWorkingSet {
+			return v.fail(RuleWorkingSet, "%s is %s, %d MiB; one attention tensor may hold at most %d MiB (tile the query rows)", name, typ, bytes>>20, MaxWorkingSet>>20)
+		}
+	}
 	v.vars[name] = variable{typ: typ}
 	return nil
+}
+
+// dtypeBytes is the size of one element (a bool as a byte).
+func dtypeBytes(dtype string) int {
+	if dtype == "fp16" {
+		return 2
+	}
+	return 1
 }
 
 // arg checks one argument against what the operation takes there.

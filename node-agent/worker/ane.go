@@ -281,7 +281,13 @@ func (a *ANE) Admit(ctx context.Context, rung uint32) (adm Admission, err error)
 				closeRest(i)
 				return fail(deviceError(err))
 			}
-			// aned held it but the load failed: compile once, then load.
+			// aned held it but the load failed: compile once, then load. That compile counts
+			// against the limit like any other (the budget checked above counted only the
+			// programs not held).
+			if a.compiles+1 > a.limit() {
+				closeRest(i)
+				return fail(&Error{Code: CodeRecycle, Message: fmt.Sprintf("rung %d: layer %d was held but did not load (%v), and this worker has made all %d of its compiles: replace it", rung, i, err, a.limit())})
+			}
 			if err := a.compile(p, refs[i].Program); err != nil {
 				closeRest(i)
 				return fail(err)
@@ -312,8 +318,58 @@ func (a *ANE) Admit(ctx context.Context, rung uint32) (adm Admission, err error)
 		adm.LayerLoads = append(adm.LayerLoads, LayerLoad{Layer: i, Origin: originOf(!compiled), Took: a.Clock.Since(layerStart)})
 		reportProgress(ctx, adm.Layers, n)
 	}
+	if err := a.checkGoldens(r, rung); err != nil {
+		return fail(err)
+	}
 	a.resident[rung] = r
 	return adm, nil
+}
+
+// The device's embeddings at admission must match the converter's goldens for the rung as the
+// parity gate judged the fp16 programs: by cosine per golden and by the largest component
+// difference. A device that computes something else (a program the compiler read otherwise, a
+// binding that swapped an input) is refused before it serves.
+const (
+	GoldenMinCosine = 0.999
+	GoldenMaxAbs    = 0.02
+)
+
+// checkGoldens runs the rung's goldens through its layers on the device; a mismatch is the
+// typed refusal ane_golden_mismatch naming the rung.
+func (a *ANE) checkGoldens(r *aneRung, rung uint32) error {
+	for i, g := range a.model.Goldens(int(rung)) {
+		got, err := a.forward(r, g.Tokens, int(rung))
+		if err != nil {
+			return err
+		}
+		cos, worst := compareEmbeddings(got, g.Output)
+		if cos < GoldenMinCosine || worst > GoldenMaxAbs || len(got) != len(g.Output) {
+			return &Error{Code: "ane_golden_mismatch", Message: fmt.Sprintf("rung %d: golden %d (%d tokens): the device's embedding is at cosine %.5f of the converter's, largest difference %.4f (at least %.3f and at most %.2f are needed)",
+				rung, i, len(g.Tokens), cos, worst, GoldenMinCosine, GoldenMaxAbs)}
+		}
+	}
+	return nil
+}
+
+// compareEmbeddings is the cosine between got and want and their largest difference; anything
+// not a number makes both fail.
+func compareEmbeddings(got, want []float32) (cos, worst float64) {
+	if len(got) != len(want) {
+		return 0, math.Inf(1)
+	}
+	var dot, gg, ww float64
+	for i := range want {
+		g, w := float64(got[i]), float64(want[i])
+		if math.IsNaN(g) || math.IsInf(g, 0) {
+			return 0, math.Inf(1)
+		}
+		worst = max(worst, math.Abs(g-w))
+		dot, gg, ww = dot+g*w, gg+g*g, ww+w*w
+	}
+	if gg == 0 || ww == 0 {
+		return 0, worst
+	}
+	return dot / math.Sqrt(gg*ww), worst
 }
 
 // bind matches a resident program's inputs to the symbols the device reports for it, by name,

@@ -19,11 +19,13 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/ck-synapse/synapse-fleet/node-agent/ane"
 	"github.com/ck-synapse/synapse-fleet/node-agent/aneartifact"
 	pb "github.com/ck-synapse/synapse-fleet/node-agent/protocol/workerv3"
 	"github.com/ck-synapse/synapse-fleet/node-agent/worker"
@@ -35,7 +37,11 @@ import (
 // loads without writing or compiling, and embeds the goldens within the parity bound.
 func TestOnTheDeviceACachedRungLoadsWithoutCompilingAndMatchesItsGoldens(t *testing.T) {
 	b, err := worker.NewANE()
-	if err != nil {
+	var missing *ane.MissingError
+	switch {
+	case errors.As(err, &missing):
+		t.Fatalf("this macOS build lacks part of the private API: %v", err)
+	case err != nil:
 		t.Skipf("no usable Neural Engine here: %v", err)
 	}
 	dir, _ := tinyArtifact(t)

@@ -59,6 +59,8 @@ type fakeANE struct {
 	// symbols orders a loaded program's input symbols: by name, as the device is reported to,
 	// unless a test says otherwise.
 	symbols func(inputs []string) []string
+	// drift is added to every output value: a device that computes something else.
+	drift float32
 }
 
 func newFakeANE() *fakeANE {
@@ -179,6 +181,11 @@ func (p *fakeProgram) Eval(inputs [][]float32, out []float32) error {
 	}
 	y, err := ly.Graph.EvalMasked(named["x"], named["mask"], ly.Out)
 	copy(out, y)
+	p.d.mu.Lock()
+	for i := range out {
+		out[i] += p.d.drift
+	}
+	p.d.mu.Unlock()
 	return err
 }
 
@@ -545,5 +552,61 @@ func TestTheProbeTimesTheCPUPathItIsGiven(t *testing.T) {
 	}
 	if _, _, err := a.Probe(context.Background(), 64); !isCode(err, "probe_failed") {
 		t.Fatalf("a CPU path that cannot be readied: %v", err)
+	}
+}
+
+// TestACompileAfterAFailedLoadOfAHeldProgramStaysUnderTheCompileLimit: a held program whose
+// load fails is compiled once, and that compile counts against the limit like any other: at
+// the limit the worker asks to be replaced instead of compiling.
+func TestACompileAfterAFailedLoadOfAHeldProgramStaysUnderTheCompileLimit(t *testing.T) {
+	dir, m := tinyArtifact(t)
+	d := newFakeANE()
+	ids64 := layerIDs(t, d, m, 64)
+	layerIDs(t, d, m, 128)
+	a := &worker.ANE{Device: d, Clock: clock.RealClock{}, CompileLimit: 3}
+	loadANE(t, a, dir)
+	if _, err := a.Admit(context.Background(), 128); err != nil { // three compiles: the limit
+		t.Fatal(err)
+	}
+	for _, id := range ids64 {
+		d.aned[id] = true // held, so the rung needs no compile
+	}
+	d.failLoad[ids64[1]] = "stale"
+	d.take()
+	if _, err := a.Admit(context.Background(), 64); !isCode(err, worker.CodeRecycle) {
+		t.Fatalf("a fourth compile at a limit of three: %v, want %s", err, worker.CodeRecycle)
+	}
+	if calls := d.take(); slices.ContainsFunc(calls, func(c string) bool { return strings.HasPrefix(c, "write+compile") }) {
+		t.Fatalf("the worker compiled past its limit: %v", calls)
+	}
+	if r := a.Resident(); !slices.Equal(r, []uint32{128}) {
+		t.Fatalf("resident %v, want only 128", r)
+	}
+}
+
+// TestADeviceThatDoesNotReproduceTheGoldensIsRefusedAtAdmission: the rung's goldens run on the
+// device as it is admitted; a device whose output drifts is refused with a code naming the
+// rung, and every layer it loaded is unloaded.
+func TestADeviceThatDoesNotReproduceTheGoldensIsRefusedAtAdmission(t *testing.T) {
+	dir, m := tinyArtifact(t)
+	d := newFakeANE()
+	ids := layerIDs(t, d, m, 64)
+	d.drift = 0.05
+	a := &worker.ANE{Device: d, Clock: clock.RealClock{}}
+	loadANE(t, a, dir)
+	d.take()
+	_, err := a.Admit(context.Background(), 64)
+	if !isCode(err, "ane_golden_mismatch") || !strings.Contains(err.Error(), "rung 64") {
+		t.Fatalf("a drifting device: %v, want ane_golden_mismatch naming rung 64", err)
+	}
+	if r := a.Resident(); len(r) != 0 {
+		t.Fatalf("resident %v after the refusal", r)
+	}
+	if calls := d.take(); !slices.Contains(calls, "unload "+ids[2]) {
+		t.Fatalf("the loaded layers were not unloaded: %v", calls)
+	}
+	d.drift = 0
+	if _, err := a.Admit(context.Background(), 64); err != nil {
+		t.Fatalf("a faithful device: %v", err)
 	}
 }
