@@ -262,6 +262,10 @@ var _ = Describe("A manifest that breaks a rule", func() {
 			"metadata.name must be a DNS-1035 label"),
 		Entry("a lane with a negative maxUnavailable", validLane, set(int64(-1), "spec", "rollout", "maxUnavailable"),
 			"spec.rollout.maxUnavailable", "greater than or equal to 0"),
+		Entry("a lane whose rollout could neither add a placement nor retire one", validLane, set(int64(0), "spec", "rollout", "maxSurge"),
+			"spec.rollout", "maxSurge and maxUnavailable must not both be 0", "set maxSurge to 1 (a spare node) or maxUnavailable to 1"),
+		Entry("a lane with a zero progress deadline", validLane, set(int64(0), "spec", "rollout", "progressDeadlineSeconds"),
+			"spec.rollout.progressDeadlineSeconds", "greater than or equal to 1"),
 
 		// CertifiedIdentity
 		Entry("an identity whose binary digest is not SHA-256", validIdentity,

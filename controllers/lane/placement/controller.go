@@ -25,6 +25,7 @@ limitations under the License.
 package placement
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -53,6 +54,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/internal/enqueue"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/rollout"
 	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
 	"github.com/ck-synapse/synapse-fleet/controllers/prewarm"
 	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
@@ -229,6 +231,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if pl.drainWait > 0 {
 		res.RequeueAfter = pl.drainWait
+	}
+	if pl.deadlineWake > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > pl.deadlineWake) {
+		res.RequeueAfter = pl.deadlineWake // Progressing turns False then unless the rollout moves
 	}
 	if missed && (res.RequeueAfter == 0 || res.RequeueAfter > MissedNodeRetry) {
 		// A node that may fit arrived while the lane was placed (see observeLane): one more
@@ -614,8 +619,10 @@ func (c *Controller) setStatus(lane *v1.CatalogLane, identity *v1.CertifiedIdent
 		// behind never repeats one the endpoints controller has already followed.
 		st.VectorSpaceGeneration = max(st.VectorSpaceGeneration, st.EndpointsVectorSpaceGeneration) + 1
 	}
+	c.progressed(lane, pl)
 	st.VectorSpaceID = pl.space
 	st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.CompilingReplicas, st.FailedReplicas = int32(len(pl.live)), int32(len(pl.current)), 0, 0, 0
+	st.UpdatedReadyReplicas = int32(c.servingNew(pl))
 	st.Nodes = nil
 	for _, p := range pl.live {
 		st.Nodes = append(st.Nodes, p.Spec.Node)
@@ -649,6 +656,40 @@ func (c *Controller) setStatus(lane *v1.CatalogLane, identity *v1.CertifiedIdent
 	setCondition(st, v1.ConditionReady, ready, readyReason, readyMessage, lane.Generation, now)
 	status, reason, message := progress(lane, identity, pl)
 	setCondition(st, v1.LaneConditionProgressing, status, reason, message, lane.Generation, now)
+}
+
+// servingNew counts the placements of the lane's latest spec that serve.
+func (c *Controller) servingNew(pl *plan) int {
+	n := 0
+	for _, p := range pl.current {
+		if c.serves(p) {
+			n++
+		}
+	}
+	return n
+}
+
+// progressed judges the rollout's progress deadline from where the lane's stored status says it
+// stood (before this pass writes it) and where it stands now, and stamps lastProgressTime.
+func (c *Controller) progressed(lane *v1.CatalogLane, pl *plan) {
+	st := &lane.Status
+	if pl.strategy == "" {
+		st.LastProgressTime = nil
+		return
+	}
+	prev := rollout.Mark{Updated: int(st.UpdatedReplicas), UpdatedReady: int(st.UpdatedReadyReplicas), Old: int(st.Replicas - st.UpdatedReplicas), Space: st.VectorSpaceID}
+	if cond := meta.FindStatusCondition(st.Conditions, v1.LaneConditionProgressing); cond != nil {
+		prev.Generation = cond.ObservedGeneration
+	}
+	var since *time.Time
+	if st.LastProgressTime != nil {
+		since = &st.LastProgressTime.Time
+	}
+	cur := rollout.Mark{Generation: lane.Generation, Updated: len(pl.current), UpdatedReady: c.servingNew(pl), Old: len(pl.oldLive()), Space: pl.space}
+	deadline := time.Duration(cmp.Or(lane.Spec.Rollout.ProgressDeadlineSeconds, v1.DefaultProgressDeadlineSeconds)) * time.Second
+	at, exceeded, wake := rollout.Progress(prev, cur, since, c.clk.Now(), deadline)
+	st.LastProgressTime = &metav1.Time{Time: at}
+	pl.deadlineExceeded, pl.deadlineWake = exceeded, wake
 }
 
 // inSpace reports whether a placement answers in the lane's vector space.
@@ -689,6 +730,9 @@ func progress(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, pl *plan) (m
 	if pl.unplaceable != "" && len(pl.current) < pl.newTarget {
 		return metav1.ConditionFalse, v1.LaneReasonNewPlacementsUnplaceable, pl.unplaceable + fmt.Sprintf("; the placements of the old spec keep answering in vector space %s", pl.space)
 	}
+	if pl.stalled != "" {
+		return metav1.ConditionFalse, v1.LaneReasonBoundsTooTight, pl.stalled + fmt.Sprintf("; the placements of the old spec keep answering in vector space %s", pl.space)
+	}
 	msg := fmt.Sprintf("%d of %d placements of identity %s made, %d ready, %d of the old spec left; answering in vector space %s",
 		len(pl.current), want, identity.Name, readyNew, len(pl.oldLive()), pl.space)
 	switch {
@@ -696,6 +740,10 @@ func progress(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, pl *plan) (m
 		msg += "; the old retire once the lane's EndpointSlices list that space alone (status.endpointsVectorSpaceGeneration reaching vectorSpaceGeneration, the endpoints controller's)"
 	case pl.drainWait > 0:
 		msg += fmt.Sprintf("; the old drain for %s after the lane's EndpointSlices left them, then retire", SwitchDrain)
+	}
+	if pl.deadlineExceeded {
+		return metav1.ConditionFalse, v1.LaneReasonProgressDeadlineExceeded, fmt.Sprintf("the rollout has not moved for rollout.progressDeadlineSeconds (%d s): %s",
+			cmp.Or(lane.Spec.Rollout.ProgressDeadlineSeconds, v1.DefaultProgressDeadlineSeconds), msg)
 	}
 	return metav1.ConditionTrue, pl.strategy, msg
 }
