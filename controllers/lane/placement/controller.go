@@ -27,8 +27,6 @@ package placement
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -565,16 +563,6 @@ func cachedRungs(n *v1.MacNode, identity string, rungs []v1.Rung) int {
 		}
 	}
 	return 0
-}
-
-// placementName is <lane>-<node>, shortened with a hash when too long for a name.
-func placementName(lane, node string) string {
-	name := lane + "-" + node
-	if len(name) <= 253 {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	return name[:240] + "-" + hex.EncodeToString(sum[:6])
 }
 
 func newPlacement(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, node string, prewarmRungs []v1.Rung) *v1.LanePlacement {

@@ -748,7 +748,7 @@ var _ = Describe("Expectations", func() {
 		lane := newLane(id, 1)
 		// A placement of the name this lane would use, being deleted, that the controller's
 		// cache has not shown it.
-		p := &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-" + n.Name, Namespace: lane.Namespace,
+		p := &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Name: placement.PlacementName(lane.Name, n.Name), Namespace: lane.Namespace,
 			Labels: map[string]string{v1.LabelLane: lane.Name, v1.LabelNode: n.Name}, Finalizers: []string{v1.FinalizerRetirement}},
 			Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: n.Name, Identity: id.Name, Task: v1.TaskEmbed, Device: v1.DeviceANE,
 				Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}
