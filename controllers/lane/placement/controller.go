@@ -594,7 +594,7 @@ func newPlacement(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, node str
 }
 
 // setStatus aggregates the placements into the lane's status. Ready counts the placements
-// of the vector space the lane answers in; observedGeneration moves only once the placements
+// of the vector space the lane answers in that serve (see serves); observedGeneration moves only once the placements
 // reflect the lane's generation.
 func (c *Controller) setStatus(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, pl *plan) {
 	st := &lane.Status
@@ -616,7 +616,9 @@ func (c *Controller) setStatus(lane *v1.CatalogLane, identity *v1.CertifiedIdent
 		st.Nodes = append(st.Nodes, p.Spec.Node)
 		switch p.Status.Phase {
 		case v1.PhaseReady:
-			if inSpace(p, pl, identity) {
+			// Ready counts what serves: a placement on a node whose Lease lapsed is out of
+			// the lane's endpoints, whatever its agent last said.
+			if c.serves(p) && inSpace(p, pl, identity) {
 				st.ReadyReplicas++
 			}
 		case v1.PhaseCompiling:

@@ -290,6 +290,34 @@ var _ = Describe("Placement", func() {
 		Expect(placedReason(second)).To(Equal(v1.LaneReasonPlaced))
 	})
 
+	It("should count as ready only the placements on Ready nodes, and be woken by a node's Ready turning either way", func() {
+		id := newIdentity()
+		a := newNode()
+		newNode()
+		lane := reconcileLane(newLane(id, 2))
+		reportAll(lane, v1.PhaseReady)
+		lane = settle(lane)
+		Expect(lane.Status.ReadyReplicas).To(BeEquivalentTo(2))
+		Expect(condition(lane, v1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+
+		setNodeReady := func(status metav1.ConditionStatus, reason string) {
+			GinkgoHelper()
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(a), a)).To(Succeed())
+			meta.SetStatusCondition(&a.Status.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: status, Reason: reason})
+			Expect(kube.Status().Update(ctx, a)).To(Succeed())
+			Expect(observe1(a)).To(ContainElement(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)}), "the node's lanes are woken")
+		}
+		setNodeReady(metav1.ConditionUnknown, v1.NodeReasonLeaseExpired) // its Lease lapsed; its placement still says Ready
+		lane = settle(lane)
+		Expect(lane.Status.ReadyReplicas).To(BeEquivalentTo(1))
+		Expect(condition(lane, v1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
+
+		setNodeReady(metav1.ConditionTrue, v1.NodeReasonLeaseRenewed)
+		lane = settle(lane)
+		Expect(lane.Status.ReadyReplicas).To(BeEquivalentTo(2))
+		Expect(condition(lane, v1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+	})
+
 	It("should keep a cordoned node's placement and put no new one there", func() {
 		id := newIdentity()
 		n := newNode()
