@@ -102,6 +102,9 @@ const (
 	// Deployment's), which the API server fills in; the controller reads it for a lane built
 	// without it (a test's, a fake client's).
 	DefaultProgressDeadlineSeconds = 600
+	// MaxStatusNodes is how many nodes a lane's status.nodes holds: the largest replicas and
+	// maxSurge together, old placements and new during a rollout.
+	MaxStatusNodes = 512
 )
 
 // RolloutStrategy bounds how a lane moves its placements to a new spec.
@@ -306,12 +309,15 @@ type CatalogLaneStatus struct {
 	// +optional
 	FailedReplicas int32 `json:"failedReplicas,omitempty"`
 
-	// nodes lists the MacNodes the lane is placed on. Atomic: the placement controller alone
-	// writes it, whole, so an apply replaces it even where an older writer (a merge patch
-	// before the controllers applied their parts) still owns some of its entries.
+	// nodes lists the MacNodes the lane is placed on, the old spec's and the new's during a
+	// rollout: at most replicas + maxSurge (512 at their largest); should a lane edited in the
+	// middle of a rollout hold more for a moment, the first 512 by name (replicas counts them
+	// all). Atomic: the placement
+	// controller alone writes it, whole, so an apply replaces it even where an older writer (a
+	// merge patch before the controllers applied their parts) still owns some of its entries.
 	// +optional
 	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:MaxItems=512
 	// +kubebuilder:validation:items:MaxLength=253
 	Nodes []string `json:"nodes,omitempty"`
 

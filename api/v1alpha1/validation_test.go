@@ -17,6 +17,7 @@ limitations under the License.
 package v1alpha1_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,9 +27,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 )
 
 // Valid manifests of each kind, as a user writes them. Each refusal below starts from one of
@@ -197,6 +200,25 @@ var _ = Describe("Placements", func() {
 		changed = p.DeepCopy()
 		changed.Spec.VectorSpaceID = "gte-v2"
 		expectRefused(k8sClient.Update(ctx, changed), "vectorSpaceID is immutable")
+	})
+})
+
+var _ = Describe("A lane's status", func() {
+	It("should hold the nodes of the largest rollout allowed, old and new together", func() {
+		lane := manifest(validLane)
+		Expect(k8sClient.Create(ctx, lane)).To(Succeed())
+		DeferCleanup(func() { Expect(k8sClient.Delete(ctx, lane)).To(Succeed()) })
+		// spec.replicas and spec.rollout.maxSurge at their maximum: a blue/green's new
+		// placements beside the old.
+		nodes := make([]string, v1.MaxStatusNodes)
+		for i := range nodes {
+			nodes[i] = fmt.Sprintf("mac-%03d", i)
+		}
+		key := client.ObjectKeyFromObject(lane)
+		_, err := statusapply.ApplyLanePlacementStatus(ctx, k8sClient, key, v1.CatalogLaneStatus{Replicas: 512, UpdatedReplicas: 256, Nodes: nodes,
+			Conditions: []metav1.Condition{{Type: v1.LaneConditionPlaced, Status: metav1.ConditionTrue, Reason: v1.LaneReasonPlaced,
+				Message: "512 of 256 replicas placed", LastTransitionTime: metav1.Unix(1_800_000_000, 0)}}})
+		Expect(err).NotTo(HaveOccurred())
 	})
 })
 

@@ -628,6 +628,7 @@ func (c *Controller) setStatus(lane *v1.CatalogLane, identity *v1.CertifiedIdent
 		}
 	}
 	slices.Sort(st.Nodes)
+	st.Nodes = st.Nodes[:min(len(st.Nodes), v1.MaxStatusNodes)] // more would fail every write of the status
 	now := metav1.NewTime(c.clk.Now())
 	placedStatus := metav1.ConditionFalse
 	if pl.reason == v1.LaneReasonPlaced {
