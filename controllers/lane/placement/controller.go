@@ -136,7 +136,7 @@ const MaxConcurrentReconciles = 8
 // Register adds the controller to the manager: lanes, their placements, and the nodes and
 // identities that decide where they go. A lane's own status writes do not reconcile it again
 // (LaneChanges); nodes, placements and identities enqueue only the lanes they can affect (see
-// fleet).
+// fleet), and a policy's status writes none (prewarm.PolicyChanges).
 func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 	lanesInNamespace := enqueue.All(c.kube, func() client.ObjectList { return &v1.CatalogLaneList{} }, true)
 	return ctrl.NewControllerManagedBy(mgr).
@@ -145,7 +145,7 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		Watches(&v1.LanePlacement{}, c.feed()).
 		Watches(&v1.MacNode{}, c.feed()).
 		Watches(&v1.CertifiedIdentity{}, c.feed()).
-		Watches(&v1.PrewarmPolicy{}, lanesInNamespace).
+		Watches(&v1.PrewarmPolicy{}, lanesInNamespace, builder.WithPredicates(prewarm.PolicyChanges)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}).
 		Complete(c)
 }
