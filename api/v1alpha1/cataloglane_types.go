@@ -297,7 +297,9 @@ type CatalogLaneStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	EndpointsVectorSpaceGeneration int64 `json:"endpointsVectorSpaceGeneration,omitempty"`
 
-	// readyReplicas is the number of placements that serve requests.
+	// readyReplicas is the number of placements that serve requests: Ready, of the vector space
+	// the lane answers in, on a node that is Ready (a Mac whose Lease lapsed is out of the
+	// lane's endpoints at once, whatever its placement last said).
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
 
