@@ -83,6 +83,14 @@ const (
 	// LaneReasonNewPlacementsUnplaceable: no node can take a placement of the new spec beside
 	// the old within maxSurge; the old keep serving.
 	LaneReasonNewPlacementsUnplaceable = "NewPlacementsUnplaceable"
+	// LaneReasonBoundsTooTight: the rollout cannot go on within maxSurge and maxUnavailable (a
+	// switch of vector space needs replicas-maxUnavailable new placements serving beside as
+	// many old ones); the message says what to set, and the old keep serving.
+	LaneReasonBoundsTooTight = "BoundsTooTight"
+	// LaneReasonProgressDeadlineExceeded: the rollout has not moved (no placement of the new
+	// spec made or Ready, no old one retired, no switch) for progressDeadlineSeconds, as a
+	// Deployment's; it goes on, and Progressing turns True again when it moves.
+	LaneReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
 )
 
 // The defaults of a lane's request limits, which its placements carry resolved.
@@ -90,9 +98,17 @@ const (
 	DefaultMaxBatchTokens        = 65536
 	DefaultMaxConcurrentRequests = 64
 	DefaultMaxQueuedRequests     = 256
+	// DefaultProgressDeadlineSeconds is rollout.progressDeadlineSeconds's default (as a
+	// Deployment's), which the API server fills in; the controller reads it for a lane built
+	// without it (a test's, a fake client's).
+	DefaultProgressDeadlineSeconds = 600
+	// MaxStatusNodes is how many nodes a lane's status.nodes holds: the largest replicas and
+	// maxSurge together, old placements and new during a rollout.
+	MaxStatusNodes = 512
 )
 
 // RolloutStrategy bounds how a lane moves its placements to a new spec.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxSurge) || self.maxSurge > 0 || self.maxUnavailable > 0",message="maxSurge and maxUnavailable must not both be 0: a rollout could neither bring a new placement up beside the old nor take an old one down; set maxSurge to 1 (a spare node) or maxUnavailable to 1 (a node at a time, no spare node)"
 type RolloutStrategy struct {
 	// maxSurge is how many placements of the new spec may exist beyond spec.replicas while
 	// the old still serve. Unset, it is spec.replicas: a whole new set comes up beside the
@@ -109,6 +125,16 @@ type RolloutStrategy struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=256
 	MaxUnavailable int32 `json:"maxUnavailable,omitempty"`
+
+	// progressDeadlineSeconds is how long a rollout may go without moving (a placement of the
+	// new spec made or Ready, an old one retired, the switch of vector space) before the lane's
+	// Progressing condition turns False with reason ProgressDeadlineExceeded, as a
+	// Deployment's. The rollout goes on meanwhile.
+	// +optional
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	ProgressDeadlineSeconds int32 `json:"progressDeadlineSeconds,omitempty"`
 }
 
 // CatalogLaneSpec is a model served on an explicit device across a number of Mac nodes.
@@ -236,6 +262,15 @@ type CatalogLaneStatus struct {
 	// +optional
 	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
 
+	// updatedReadyReplicas is the number of placements of the latest spec that serve (Ready on
+	// a Ready node).
+	// +optional
+	UpdatedReadyReplicas int32 `json:"updatedReadyReplicas,omitempty"`
+
+	// lastProgressTime is when the lane's rollout last moved; unset when no rollout is under way.
+	// +optional
+	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
+
 	// vectorSpaceID is the vector space the lane answers in: only placements of this space are
 	// the lane's endpoints. A rollout to another space switches it once, when enough placements
 	// of the new space are Ready.
@@ -262,7 +297,9 @@ type CatalogLaneStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	EndpointsVectorSpaceGeneration int64 `json:"endpointsVectorSpaceGeneration,omitempty"`
 
-	// readyReplicas is the number of placements that serve requests.
+	// readyReplicas is the number of placements that serve requests: Ready, of the vector space
+	// the lane answers in, on a node that is Ready (a Mac whose Lease lapsed is out of the
+	// lane's endpoints at once, whatever its placement last said).
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
 
@@ -274,12 +311,15 @@ type CatalogLaneStatus struct {
 	// +optional
 	FailedReplicas int32 `json:"failedReplicas,omitempty"`
 
-	// nodes lists the MacNodes the lane is placed on. Atomic: the placement controller alone
-	// writes it, whole, so an apply replaces it even where an older writer (a merge patch
-	// before the controllers applied their parts) still owns some of its entries.
+	// nodes lists the MacNodes the lane is placed on, the old spec's and the new's during a
+	// rollout: at most replicas + maxSurge (512 at their largest); should a lane edited in the
+	// middle of a rollout hold more for a moment, the first 512 by name (replicas counts them
+	// all). Atomic: the placement
+	// controller alone writes it, whole, so an apply replaces it even where an older writer (a
+	// merge patch before the controllers applied their parts) still owns some of its entries.
 	// +optional
 	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:MaxItems=512
 	// +kubebuilder:validation:items:MaxLength=253
 	Nodes []string `json:"nodes,omitempty"`
 

@@ -17,6 +17,7 @@ limitations under the License.
 package v1alpha1_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,9 +27,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
 )
 
 // Valid manifests of each kind, as a user writes them. Each refusal below starts from one of
@@ -200,6 +203,25 @@ var _ = Describe("Placements", func() {
 	})
 })
 
+var _ = Describe("A lane's status", func() {
+	It("should hold the nodes of the largest rollout allowed, old and new together", func() {
+		lane := manifest(validLane)
+		Expect(k8sClient.Create(ctx, lane)).To(Succeed())
+		DeferCleanup(func() { Expect(k8sClient.Delete(ctx, lane)).To(Succeed()) })
+		// spec.replicas and spec.rollout.maxSurge at their maximum: a blue/green's new
+		// placements beside the old.
+		nodes := make([]string, v1.MaxStatusNodes)
+		for i := range nodes {
+			nodes[i] = fmt.Sprintf("mac-%03d", i)
+		}
+		key := client.ObjectKeyFromObject(lane)
+		_, err := statusapply.ApplyLanePlacementStatus(ctx, k8sClient, key, v1.CatalogLaneStatus{Replicas: 512, UpdatedReplicas: 256, Nodes: nodes,
+			Conditions: []metav1.Condition{{Type: v1.LaneConditionPlaced, Status: metav1.ConditionTrue, Reason: v1.LaneReasonPlaced,
+				Message: "512 of 256 replicas placed", LastTransitionTime: metav1.Unix(1_800_000_000, 0)}}})
+		Expect(err).NotTo(HaveOccurred())
+	})
+})
+
 var _ = Describe("A manifest that breaks a rule", func() {
 	DescribeTable("should be refused with a message that says what to fix",
 		func(base string, change edit, fragments ...string) {
@@ -262,6 +284,10 @@ var _ = Describe("A manifest that breaks a rule", func() {
 			"metadata.name must be a DNS-1035 label"),
 		Entry("a lane with a negative maxUnavailable", validLane, set(int64(-1), "spec", "rollout", "maxUnavailable"),
 			"spec.rollout.maxUnavailable", "greater than or equal to 0"),
+		Entry("a lane whose rollout could neither add a placement nor retire one", validLane, set(int64(0), "spec", "rollout", "maxSurge"),
+			"spec.rollout", "maxSurge and maxUnavailable must not both be 0", "set maxSurge to 1 (a spare node) or maxUnavailable to 1"),
+		Entry("a lane with a zero progress deadline", validLane, set(int64(0), "spec", "rollout", "progressDeadlineSeconds"),
+			"spec.rollout.progressDeadlineSeconds", "greater than or equal to 1"),
 
 		// CertifiedIdentity
 		Entry("an identity whose binary digest is not SHA-256", validIdentity,

@@ -19,18 +19,23 @@ package prewarm
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/internal/enqueue"
+	"github.com/ck-synapse/synapse-fleet/controllers/internal/names"
 )
 
 // +kubebuilder:rbac:groups=fleet.synapse.dev,resources=prewarmpolicies,verbs=get;list;watch
@@ -50,15 +55,25 @@ func NewController(clk clock.PassiveClock, kube client.Client) *Controller {
 // Name of the controller.
 func (c *Controller) Name() string { return "prewarm" }
 
-// Register watches policies and the lanes of their namespace.
+// Register watches policies and the lanes of their namespace, for the changes that can move
+// which policy applies to which lane (PolicyChanges, LaneChanges): the status writes of lanes
+// and policies, many a second while lanes roll out, reconcile no policy.
 func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 	policiesOf := enqueue.All(c.kube, func() client.ObjectList { return &v1.PrewarmPolicyList{} }, true)
 	return ctrl.NewControllerManagedBy(mgr).Named(c.Name()).
-		For(&v1.PrewarmPolicy{}).
-		Watches(&v1.CatalogLane{}, policiesOf).
-		Watches(&v1.PrewarmPolicy{}, policiesOf).
+		For(&v1.PrewarmPolicy{}, builder.WithPredicates(PolicyChanges)).
+		Watches(&v1.CatalogLane{}, policiesOf, builder.WithPredicates(LaneChanges)).
+		Watches(&v1.PrewarmPolicy{}, policiesOf, builder.WithPredicates(PolicyChanges)).
 		Complete(c)
 }
+
+// PolicyChanges passes a policy's creation, deletion and spec changes (its rungs, its lane
+// selector): what Resolve reads of it. Its status, which this controller writes, passes nothing.
+var PolicyChanges predicate.Predicate = predicate.GenerationChangedPredicate{}
+
+// LaneChanges passes a lane's creation, deletion, spec changes (its prewarmPolicyRef) and label
+// changes (what a laneSelector matches): what Resolve reads of it. Its status passes nothing.
+var LaneChanges = predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{})
 
 // Reconcile updates one policy's status.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -92,7 +107,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		Message: "no other policy selects the lanes this one selects", ObservedGeneration: policy.Generation, LastTransitionTime: now}
 	if len(lost) > 0 {
 		conflict.Status, conflict.Reason = metav1.ConditionTrue, "LostByName"
-		conflict.Message = fmt.Sprintf("other policies also select some lanes and win by name order: %v", lost)
+		conflict.Message = "other policies also select some lanes and win by name order: " + lostTo(lost)
 	}
 	meta.SetStatusCondition(&policy.Status.Conditions, conflict)
 	meta.SetStatusCondition(&policy.Status.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: metav1.ConditionTrue,
@@ -101,4 +116,14 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	return reconcile.Result{}, c.kube.Status().Patch(ctx, policy, client.MergeFrom(stored))
+}
+
+// lostTo lists the lanes a policy lost, by the policy that won them, both in name order: the
+// cache lists lanes in no order, and a message in its order was written again on every pass.
+func lostTo(lost map[string][]string) string {
+	var parts []string
+	for _, winner := range slices.Sorted(maps.Keys(lost)) {
+		parts = append(parts, fmt.Sprintf("%s:[%s]", winner, names.Some(slices.Sorted(slices.Values(lost[winner])))))
+	}
+	return strings.Join(parts, "; ")
 }

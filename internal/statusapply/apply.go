@@ -170,12 +170,17 @@ func ApplyLanePlacementStatus(ctx context.Context, c client.Client, key types.Na
 		nodes = []string{}
 	}
 	lane := &v1.CatalogLane{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	err := apply(ctx, c, lane, "CatalogLane", LanePlacementManager,
-		map[string]any{
-			"observedGeneration": st.ObservedGeneration, "replicas": st.Replicas, "updatedReplicas": st.UpdatedReplicas,
-			"vectorSpaceID": st.VectorSpaceID, "vectorSpaceGeneration": st.VectorSpaceGeneration, "readyReplicas": st.ReadyReplicas, "compilingReplicas": st.CompilingReplicas,
-			"failedReplicas": st.FailedReplicas, "nodes": nodes, "conditions": only(st.Conditions, LanePlacementConditions),
-		})
+	fields := map[string]any{
+		"observedGeneration": st.ObservedGeneration, "replicas": st.Replicas, "updatedReplicas": st.UpdatedReplicas,
+		"vectorSpaceID": st.VectorSpaceID, "vectorSpaceGeneration": st.VectorSpaceGeneration, "readyReplicas": st.ReadyReplicas, "compilingReplicas": st.CompilingReplicas,
+		"failedReplicas": st.FailedReplicas, "nodes": nodes, "conditions": only(st.Conditions, LanePlacementConditions),
+		"updatedReadyReplicas": st.UpdatedReadyReplicas,
+	}
+	if st.LastProgressTime != nil {
+		// Left out when unset: this manager then no longer owns it, and the API server drops it.
+		fields["lastProgressTime"] = st.LastProgressTime
+	}
+	err := apply(ctx, c, lane, "CatalogLane", LanePlacementManager, fields)
 	return lane.ResourceVersion, err
 }
 
@@ -184,6 +189,7 @@ func ApplyLanePlacementStatus(ctx context.Context, c client.Client, key types.Na
 // it is.
 func OverlayLanePlacementStatus(dst *v1.CatalogLaneStatus, src *v1.CatalogLaneStatus) {
 	dst.ObservedGeneration, dst.Replicas, dst.UpdatedReplicas = src.ObservedGeneration, src.Replicas, src.UpdatedReplicas
+	dst.UpdatedReadyReplicas, dst.LastProgressTime = src.UpdatedReadyReplicas, src.LastProgressTime.DeepCopy()
 	dst.VectorSpaceID, dst.VectorSpaceGeneration = src.VectorSpaceID, src.VectorSpaceGeneration
 	dst.ReadyReplicas, dst.CompilingReplicas, dst.FailedReplicas = src.ReadyReplicas, src.CompilingReplicas, src.FailedReplicas
 	dst.Nodes = slices.Clone(src.Nodes)

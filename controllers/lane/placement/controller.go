@@ -25,9 +25,8 @@ limitations under the License.
 package placement
 
 import (
+	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -53,6 +52,7 @@ import (
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
 	"github.com/ck-synapse/synapse-fleet/controllers/internal/enqueue"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/rollout"
 	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
 	"github.com/ck-synapse/synapse-fleet/controllers/prewarm"
 	"github.com/ck-synapse/synapse-fleet/internal/statusapply"
@@ -136,7 +136,7 @@ const MaxConcurrentReconciles = 8
 // Register adds the controller to the manager: lanes, their placements, and the nodes and
 // identities that decide where they go. A lane's own status writes do not reconcile it again
 // (LaneChanges); nodes, placements and identities enqueue only the lanes they can affect (see
-// fleet).
+// fleet), and a policy's status writes none (prewarm.PolicyChanges).
 func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 	lanesInNamespace := enqueue.All(c.kube, func() client.ObjectList { return &v1.CatalogLaneList{} }, true)
 	return ctrl.NewControllerManagedBy(mgr).
@@ -145,7 +145,7 @@ func (c *Controller) Register(_ context.Context, mgr ctrl.Manager) error {
 		Watches(&v1.LanePlacement{}, c.feed()).
 		Watches(&v1.MacNode{}, c.feed()).
 		Watches(&v1.CertifiedIdentity{}, c.feed()).
-		Watches(&v1.PrewarmPolicy{}, lanesInNamespace).
+		Watches(&v1.PrewarmPolicy{}, lanesInNamespace, builder.WithPredicates(prewarm.PolicyChanges)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}).
 		Complete(c)
 }
@@ -229,6 +229,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if pl.drainWait > 0 {
 		res.RequeueAfter = pl.drainWait
+	}
+	if pl.deadlineWake > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > pl.deadlineWake) {
+		res.RequeueAfter = pl.deadlineWake // Progressing turns False then unless the rollout moves
 	}
 	if missed && (res.RequeueAfter == 0 || res.RequeueAfter > MissedNodeRetry) {
 		// A node that may fit arrived while the lane was placed (see observeLane): one more
@@ -562,16 +565,6 @@ func cachedRungs(n *v1.MacNode, identity string, rungs []v1.Rung) int {
 	return 0
 }
 
-// placementName is <lane>-<node>, shortened with a hash when too long for a name.
-func placementName(lane, node string) string {
-	name := lane + "-" + node
-	if len(name) <= 253 {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	return name[:240] + "-" + hex.EncodeToString(sum[:6])
-}
-
 func newPlacement(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, node string, prewarmRungs []v1.Rung) *v1.LanePlacement {
 	ceiling := int32(lane.Spec.Rungs[len(lane.Spec.Rungs)-1])
 	if lane.Spec.Ceiling != nil {
@@ -601,7 +594,7 @@ func newPlacement(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, node str
 }
 
 // setStatus aggregates the placements into the lane's status. Ready counts the placements
-// of the vector space the lane answers in; observedGeneration moves only once the placements
+// of the vector space the lane answers in that serve (see serves); observedGeneration moves only once the placements
 // reflect the lane's generation.
 func (c *Controller) setStatus(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, pl *plan) {
 	st := &lane.Status
@@ -614,14 +607,18 @@ func (c *Controller) setStatus(lane *v1.CatalogLane, identity *v1.CertifiedIdent
 		// behind never repeats one the endpoints controller has already followed.
 		st.VectorSpaceGeneration = max(st.VectorSpaceGeneration, st.EndpointsVectorSpaceGeneration) + 1
 	}
+	c.progressed(lane, pl)
 	st.VectorSpaceID = pl.space
 	st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.CompilingReplicas, st.FailedReplicas = int32(len(pl.live)), int32(len(pl.current)), 0, 0, 0
+	st.UpdatedReadyReplicas = int32(c.servingNew(pl))
 	st.Nodes = nil
 	for _, p := range pl.live {
 		st.Nodes = append(st.Nodes, p.Spec.Node)
 		switch p.Status.Phase {
 		case v1.PhaseReady:
-			if inSpace(p, pl, identity) {
+			// Ready counts what serves: a placement on a node whose Lease lapsed is out of
+			// the lane's endpoints, whatever its agent last said.
+			if c.serves(p) && inSpace(p, pl, identity) {
 				st.ReadyReplicas++
 			}
 		case v1.PhaseCompiling:
@@ -631,6 +628,7 @@ func (c *Controller) setStatus(lane *v1.CatalogLane, identity *v1.CertifiedIdent
 		}
 	}
 	slices.Sort(st.Nodes)
+	st.Nodes = st.Nodes[:min(len(st.Nodes), v1.MaxStatusNodes)] // more would fail every write of the status
 	now := metav1.NewTime(c.clk.Now())
 	placedStatus := metav1.ConditionFalse
 	if pl.reason == v1.LaneReasonPlaced {
@@ -649,6 +647,40 @@ func (c *Controller) setStatus(lane *v1.CatalogLane, identity *v1.CertifiedIdent
 	setCondition(st, v1.ConditionReady, ready, readyReason, readyMessage, lane.Generation, now)
 	status, reason, message := progress(lane, identity, pl)
 	setCondition(st, v1.LaneConditionProgressing, status, reason, message, lane.Generation, now)
+}
+
+// servingNew counts the placements of the lane's latest spec that serve.
+func (c *Controller) servingNew(pl *plan) int {
+	n := 0
+	for _, p := range pl.current {
+		if c.serves(p) {
+			n++
+		}
+	}
+	return n
+}
+
+// progressed judges the rollout's progress deadline from where the lane's stored status says it
+// stood (before this pass writes it) and where it stands now, and stamps lastProgressTime.
+func (c *Controller) progressed(lane *v1.CatalogLane, pl *plan) {
+	st := &lane.Status
+	if pl.strategy == "" {
+		st.LastProgressTime = nil
+		return
+	}
+	prev := rollout.Mark{Updated: int(st.UpdatedReplicas), UpdatedReady: int(st.UpdatedReadyReplicas), Old: int(st.Replicas - st.UpdatedReplicas), Space: st.VectorSpaceID}
+	if cond := meta.FindStatusCondition(st.Conditions, v1.LaneConditionProgressing); cond != nil {
+		prev.Generation = cond.ObservedGeneration
+	}
+	var since *time.Time
+	if st.LastProgressTime != nil {
+		since = &st.LastProgressTime.Time
+	}
+	cur := rollout.Mark{Generation: lane.Generation, Updated: len(pl.current), UpdatedReady: c.servingNew(pl), Old: len(pl.oldLive()), Space: pl.space}
+	deadline := time.Duration(cmp.Or(lane.Spec.Rollout.ProgressDeadlineSeconds, v1.DefaultProgressDeadlineSeconds)) * time.Second
+	at, exceeded, wake := rollout.Progress(prev, cur, since, c.clk.Now(), deadline)
+	st.LastProgressTime = &metav1.Time{Time: at}
+	pl.deadlineExceeded, pl.deadlineWake = exceeded, wake
 }
 
 // inSpace reports whether a placement answers in the lane's vector space.
@@ -689,6 +721,9 @@ func progress(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, pl *plan) (m
 	if pl.unplaceable != "" && len(pl.current) < pl.newTarget {
 		return metav1.ConditionFalse, v1.LaneReasonNewPlacementsUnplaceable, pl.unplaceable + fmt.Sprintf("; the placements of the old spec keep answering in vector space %s", pl.space)
 	}
+	if pl.stalled != "" {
+		return metav1.ConditionFalse, v1.LaneReasonBoundsTooTight, pl.stalled + fmt.Sprintf("; the placements of the old spec keep answering in vector space %s", pl.space)
+	}
 	msg := fmt.Sprintf("%d of %d placements of identity %s made, %d ready, %d of the old spec left; answering in vector space %s",
 		len(pl.current), want, identity.Name, readyNew, len(pl.oldLive()), pl.space)
 	switch {
@@ -696,6 +731,10 @@ func progress(lane *v1.CatalogLane, identity *v1.CertifiedIdentity, pl *plan) (m
 		msg += "; the old retire once the lane's EndpointSlices list that space alone (status.endpointsVectorSpaceGeneration reaching vectorSpaceGeneration, the endpoints controller's)"
 	case pl.drainWait > 0:
 		msg += fmt.Sprintf("; the old drain for %s after the lane's EndpointSlices left them, then retire", SwitchDrain)
+	}
+	if pl.deadlineExceeded {
+		return metav1.ConditionFalse, v1.LaneReasonProgressDeadlineExceeded, fmt.Sprintf("the rollout has not moved for rollout.progressDeadlineSeconds (%d s): %s",
+			cmp.Or(lane.Spec.Rollout.ProgressDeadlineSeconds, v1.DefaultProgressDeadlineSeconds), msg)
 	}
 	return metav1.ConditionTrue, pl.strategy, msg
 }

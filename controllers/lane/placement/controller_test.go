@@ -111,8 +111,13 @@ func newNode(mutate ...func(*v1.MacNode)) *v1.MacNode {
 
 func newLane(identity *v1.CertifiedIdentity, replicas int32) *v1.CatalogLane {
 	GinkgoHelper()
+	return newLaneNamed(unique("lane"), identity, replicas)
+}
+
+func newLaneNamed(name string, identity *v1.CertifiedIdentity, replicas int32) *v1.CatalogLane {
+	GinkgoHelper()
 	l := &v1.CatalogLane{
-		ObjectMeta: metav1.ObjectMeta{Name: unique("lane"), Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: v1.CatalogLaneSpec{Model: "gte-modernbert-base", Task: v1.TaskEmbed, Device: v1.DeviceANE,
 			IdentityRef: v1.LocalObjectReference{Name: identity.Name}, Rungs: []v1.Rung{128, 256, 512}, Replicas: replicas,
 			NodeSelector: map[string]string{"pool": "search"}, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30},
@@ -267,6 +272,50 @@ var _ = Describe("Placement", func() {
 
 		// The warm node now holds a lane; the next goes to the cold one, which is less charged.
 		Expect(placements(reconcileLane(newLane(id, 1)))).NotTo(HaveKey(warm.Name))
+	})
+
+	It("should place two lanes whose names joined with their nodes' read alike (lane ca-b on node m, lane ca on node b-m)", func() {
+		id := newIdentity()
+		prefix, suffix := unique("ca"), unique("")
+		m := newNode(func(n *v1.MacNode) { n.Name, n.Labels = "m"+suffix, map[string]string{"pool": "m"} })
+		bm := newNode(func(n *v1.MacNode) { n.Name, n.Labels = "b-m"+suffix, map[string]string{"pool": "b-m"} })
+		first := newLaneNamed(prefix+"-b", id, 1)
+		first = edit(first, func(s *v1.CatalogLaneSpec) { s.NodeSelector = map[string]string{"pool": "m"} })
+		second := newLaneNamed(prefix, id, 1)
+		second = edit(second, func(s *v1.CatalogLaneSpec) { s.NodeSelector = map[string]string{"pool": "b-m"} })
+		first, second = reconcileLane(first), reconcileLane(second)
+		Expect(placements(first)).To(HaveKey(m.Name))
+		Expect(placements(second)).To(HaveKey(bm.Name))
+		Expect(placedReason(first)).To(Equal(v1.LaneReasonPlaced))
+		Expect(placedReason(second)).To(Equal(v1.LaneReasonPlaced))
+	})
+
+	It("should count as ready only the placements on Ready nodes, and be woken by a node's Ready turning either way", func() {
+		id := newIdentity()
+		a := newNode()
+		newNode()
+		lane := reconcileLane(newLane(id, 2))
+		reportAll(lane, v1.PhaseReady)
+		lane = settle(lane)
+		Expect(lane.Status.ReadyReplicas).To(BeEquivalentTo(2))
+		Expect(condition(lane, v1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+
+		setNodeReady := func(status metav1.ConditionStatus, reason string) {
+			GinkgoHelper()
+			Expect(kube.Get(ctx, client.ObjectKeyFromObject(a), a)).To(Succeed())
+			meta.SetStatusCondition(&a.Status.Conditions, metav1.Condition{Type: v1.ConditionReady, Status: status, Reason: reason})
+			Expect(kube.Status().Update(ctx, a)).To(Succeed())
+			Expect(observe1(a)).To(ContainElement(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)}), "the node's lanes are woken")
+		}
+		setNodeReady(metav1.ConditionUnknown, v1.NodeReasonLeaseExpired) // its Lease lapsed; its placement still says Ready
+		lane = settle(lane)
+		Expect(lane.Status.ReadyReplicas).To(BeEquivalentTo(1))
+		Expect(condition(lane, v1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
+
+		setNodeReady(metav1.ConditionTrue, v1.NodeReasonLeaseRenewed)
+		lane = settle(lane)
+		Expect(lane.Status.ReadyReplicas).To(BeEquivalentTo(2))
+		Expect(condition(lane, v1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
 	})
 
 	It("should keep a cordoned node's placement and put no new one there", func() {

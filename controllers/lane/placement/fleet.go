@@ -205,9 +205,9 @@ func (f *fleet) index(n *nodeInfo) {
 }
 
 // observeNode records a node as the informer shows it and returns the lanes the change can
-// affect: the lanes placed on it when what identities match on changed, and the waiting lanes
-// that could now fit on it. Progress reports, queue summaries, addresses, cached rungs and
-// allocation move no lane and enqueue nothing.
+// affect: the lanes placed on it when what identities match on changed or it turned Ready or
+// not, and the waiting lanes that could now fit on it. Progress reports, queue summaries,
+// addresses, cached rungs and allocation move no lane and enqueue nothing.
 func (f *fleet) observeNode(node *v1.MacNode) []reconcile.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -218,7 +218,8 @@ func (f *fleet) observeNode(node *v1.MacNode) []reconcile.Request {
 	f.index(n)
 
 	var out []reconcile.Request
-	if old == nil || !sameWorker(old, node) {
+	if old == nil || !sameWorker(old, node) || nodeReady(old) != nodeReady(node) {
+		// A lane counts only placements on Ready nodes as ready, and its rollout moves on them.
 		out = f.placedLanes(n, out)
 	}
 	if n.schedulable() && (old == nil || !schedulable(old) || !sameWorker(old, node) ||
@@ -445,7 +446,11 @@ func (f *fleet) healthy(node string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := f.nodes[node]
-	return n != nil && n.node != nil && meta.IsStatusConditionTrue(n.node.Status.Conditions, v1.ConditionReady)
+	return n != nil && n.node != nil && nodeReady(n.node)
+}
+
+func nodeReady(n *v1.MacNode) bool {
+	return meta.IsStatusConditionTrue(n.Status.Conditions, v1.ConditionReady)
 }
 
 // request is one lane's search for nodes.

@@ -78,8 +78,9 @@ func reserveOne(f *fleet, lane *v1.CatalogLane, id *v1.CertifiedIdentity) outcom
 		func(node string) *v1.LanePlacement { return testPlacement(lane.Name, node, id) })
 }
 
-// A node event enqueues the lanes placed on it when what identities match on changes, and the
-// waiting lanes that can now fit on it; nothing for the agents' frequent reports.
+// A node event enqueues the lanes placed on it when what identities match on changes or its
+// Ready condition turns (their ready counts and rollouts read it), and the waiting lanes that
+// can now fit on it; nothing for the agents' frequent reports.
 func TestNodeEventsEnqueueOnlyTheLanesTheyCanAffect(t *testing.T) {
 	id := testIdentity("gte", 22)
 	other := testIdentity("other", 22)
@@ -94,7 +95,7 @@ func TestNodeEventsEnqueueOnlyTheLanesTheyCanAffect(t *testing.T) {
 		"allocated":         {func(n *v1.MacNode) { n.Status.Allocated.LayerExecutables = 88 }, nil},
 		"cached rungs":      {func(n *v1.MacNode) { n.Status.CachedRungs = []v1.CachedRungs{{Identity: "gte", Rungs: []v1.Rung{128}}} }, nil},
 		"ready message":     {func(n *v1.MacNode) { n.Status.Conditions[0].Message = "still fine" }, nil},
-		"ready lost":        {func(n *v1.MacNode) { n.Status.Conditions[0].Status = metav1.ConditionUnknown }, nil},
+		"ready lost":        {func(n *v1.MacNode) { n.Status.Conditions[0].Status = metav1.ConditionUnknown }, []string{"filler", "placed"}},
 		"cordoned":          {func(n *v1.MacNode) { n.Spec.Unschedulable = true }, nil},
 		"label out of pool": {func(n *v1.MacNode) { n.Labels["pool"] = "b" }, nil},
 		"label added":       {func(n *v1.MacNode) { n.Labels["zone"] = "1" }, []string{"waiting"}},
@@ -141,6 +142,24 @@ func TestANodeBackInServiceEnqueuesTheWaitingLanesThatFit(t *testing.T) {
 	}
 	if got := lanes(f.forgetNode("mac-1")); !slices.Equal(got, []string{"resident"}) {
 		t.Errorf("a deleted node enqueued %v, want the lane placed on it", got)
+	}
+}
+
+// A node that returns (Ready again after its Lease lapsed) enqueues the lanes placed on it: a
+// rollout that waits on its placement, and a ready count that left it out, go on at once, not
+// at the next resync.
+func TestANodeThatReturnsEnqueuesTheLanesPlacedOnIt(t *testing.T) {
+	f := newFleet(clocktesting.NewFakeClock(time.Now()))
+	id := testIdentity("gte", 22)
+	lost := testNode("mac-1", func(n *v1.MacNode) { n.Status.Conditions[0].Status = metav1.ConditionUnknown })
+	f.observeNode(lost)
+	f.observeIdentity(id)
+	f.observePlacement(testPlacement("rolling", "mac-1", id))
+	f.observeLane(testLane("rolling", id, nil), id, false, 0)
+	back := lost.DeepCopy()
+	back.Status.Conditions[0].Status = metav1.ConditionTrue
+	if got := lanes(f.observeNode(back)); !slices.Equal(got, []string{"rolling"}) {
+		t.Errorf("enqueued %v, want the lane placed on the node", got)
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/ck-synapse/synapse-fleet/api/v1alpha1"
+	"github.com/ck-synapse/synapse-fleet/controllers/lane/rollout"
 	"github.com/ck-synapse/synapse-fleet/controllers/metrics"
 )
 
@@ -72,8 +73,12 @@ type plan struct {
 	// its agent has not reported its latest generation.
 	editsPending bool
 	// reason and message are the Placed condition's; unplaceable says why the rollout could
-	// not place a new placement.
-	reason, message, unplaceable string
+	// not place a new placement; stalled why it cannot go on within its bounds.
+	reason, message, unplaceable, stalled string
+	// deadlineExceeded: the rollout has not moved for its progress deadline; deadlineWake is
+	// how long until it will have, if it does not move before.
+	deadlineExceeded bool
+	deadlineWake     time.Duration
 }
 
 // oldPlacement is a placement of an earlier spec and the vector space it answers in.
@@ -210,187 +215,35 @@ func ofLadder(rungs, ladder []v1.Rung) []v1.Rung {
 	return out
 }
 
-// roll decides the rollout's step: the vector space the lane answers in, how many placements
-// of the latest spec it may have (newTarget), and which old placements retire now.
+// roll carries out the rollout's step that rollout.Decide takes from what this pass found:
+// the vector space the lane answers in, how many placements of the latest spec it may have
+// (newTarget), and which old placements retire now.
 func (c *Controller) roll(ctx context.Context, lane *v1.CatalogLane, identity *v1.CertifiedIdentity, deleting int, pl *plan) error {
-	newSpace := identity.Spec.VectorSpaceID
-	pl.space = lane.Status.VectorSpaceID
-	if len(pl.old) == 0 {
-		pl.space = newSpace
-		return nil
-	}
-	want := int(lane.Spec.Replicas)
-	unavail, surge := maxUnavailable(lane), maxSurge(lane)
-	blueGreen := false
-	for _, o := range pl.old {
-		if o.space != newSpace {
-			blueGreen = true
-		}
-	}
-	if pl.space == "" {
-		pl.space = newSpace
-		if blueGreen {
-			pl.space = pl.old[0].space
-		}
-	}
-	pl.strategy = v1.LaneReasonRollingUpdate
-	if blueGreen {
-		pl.strategy = v1.LaneReasonBlueGreen
-	}
-	// Old placements of a space the lane no longer answers in (an earlier rollout's, the lane
-	// edited again since) serve nothing once the lane's EndpointSlices have followed its switch
-	// and they have drained: then they go. Once the lane answers in the new space, the old
-	// space's go the same way (below).
-	// Until then no step of the rollout retires them: the slices may still list them.
-	othersMayGo := true
-	if pl.space != newSpace && slices.ContainsFunc(pl.old, func(o *oldPlacement) bool { return o.space != pl.space }) {
-		othersMayGo = false
-		switch left, followed := c.drainLeft(lane); {
-		case !followed:
-			pl.awaitingEndpoints = true
-		case left > 0:
-			pl.drainWait = left
-		default:
-			othersMayGo = true
-			for _, o := range pl.old {
-				if o.space != pl.space {
-					if err := c.retire(ctx, o); err != nil {
-						return err
-					}
-				}
-			}
-		}
-	}
-	// The lane switches to the new space only on placements that can be its endpoints.
-	readyNew := 0
+	s := rollout.Snapshot{Replicas: int(lane.Spec.Replicas), MaxSurge: maxSurge(lane), MaxUnavailable: maxUnavailable(lane),
+		NewSpace: identity.Spec.VectorSpaceID, Space: lane.Status.VectorSpaceID, Retiring: deleting}
 	for _, p := range pl.current {
-		if c.serves(p) {
-			readyNew++
-		}
+		s.Current = append(s.Current, rollout.Placement{Space: s.NewSpace, Serves: c.serves(p)})
 	}
-	need := max(want-unavail, 1)
-	if want == 0 {
-		need = 0
-	}
-
-	if pl.space != newSpace {
-		// Blue/green, before the switch: the old answer; the new come up beside them.
-		if readyNew >= need {
-			pl.space, pl.switched, pl.newTarget = newSpace, true, want
-			return nil
-		}
-		// Within maxSurge; maxUnavailable lets old ones go to make room (not-ready first):
-		// those of the space the lane answers in (another space's serve no call, and go once
-		// they drained, above).
-		serving := 0
-		for _, o := range pl.old {
-			if !o.retired && o.space == pl.space {
-				serving++
-			}
-		}
-		excess := serving - surge
-		canGo := serving - (want - unavail)
-		for _, o := range retirementOrder(pl.old, c.serves) {
-			if excess <= 0 || canGo <= 0 {
-				break
-			}
-			if o.space != pl.space && !othersMayGo {
-				continue
-			}
-			if err := c.retire(ctx, o); err != nil {
-				return err
-			}
-			excess--
-			canGo--
-		}
-		pl.newTarget = min(want, len(pl.current)+max(0, want+surge-len(pl.oldLive())-len(pl.current)))
-		return nil
-	}
-
-	if blueGreen {
-		// After the switch: the old leave the endpoints once the endpoints controller has
-		// followed the lane's status (it says so in endpointsVectorSpaceGeneration, which
-		// counts switches: a rollback is never mistaken for the switch before it). They retire
-		// only then, and once they have drained: however long the endpoints controller takes,
-		// no client is sent by a slice to a placement that is gone.
-		pl.newTarget = want
-		if lane.Status.VectorSpaceID != newSpace {
-			return nil
-		}
-		left, followed := c.drainLeft(lane)
-		if !followed {
-			pl.awaitingEndpoints = true
-			return nil
-		}
-		if left > 0 {
-			pl.drainWait = left
-			return nil
-		}
-		key := client.ObjectKeyFromObject(lane)
-		// Only the other space's: placements of the new space made old by a later edit within
-		// it (the lane edited again during the drain) are the rolling update's to replace, a
-		// node at a time, not retired here before their replacements serve.
-		for _, o := range pl.old {
-			if o.space == newSpace {
-				continue
-			}
-			if err := c.retire(ctx, o); err != nil {
-				return err
-			}
-		}
-		c.drained(key)
-		return nil
-	}
-
-	// Rolling, within one vector space: old and new both answer. Not-ready old placements go
-	// at once; a ready one goes only while the lane keeps want-maxUnavailable ready, and only
-	// when no placement of the lane is still being retired: a node at a time.
-	readyOld := 0
 	for _, o := range pl.old {
-		if o.retired {
-			continue
-		}
-		if c.serves(o.p) {
-			readyOld++
-			continue
-		}
-		if err := c.retire(ctx, o); err != nil {
+		s.Old = append(s.Old, rollout.Placement{Space: o.space, Serves: c.serves(o.p)})
+	}
+	// Only a lane whose placements answer in more than one space drains (drainLeft remembers
+	// when its EndpointSlices followed).
+	if slices.ContainsFunc(s.Old, func(o rollout.Placement) bool { return o.Space != s.NewSpace || o.Space != s.Space }) {
+		s.Endpoints.DrainLeft, s.Endpoints.Followed = c.drainLeft(lane)
+	}
+	d := rollout.Decide(s)
+	for _, i := range d.Retire {
+		if err := c.retire(ctx, pl.old[i]); err != nil {
 			return err
 		}
 	}
-	if canGo := readyOld + readyNew - (want - unavail); canGo > 0 && deleting == 0 {
-		for _, o := range pl.old {
-			if !o.retired {
-				if err := c.retire(ctx, o); err != nil {
-					return err
-				}
-				break
-			}
-		}
+	if d.Drained {
+		c.drained(client.ObjectKeyFromObject(lane))
 	}
-	total := len(pl.oldLive()) + len(pl.current)
-	pl.newTarget = min(want, len(pl.current)+max(0, want+surge-total))
+	pl.space, pl.switched, pl.strategy, pl.newTarget = d.Space, d.Switched, d.Strategy, d.NewTarget
+	pl.awaitingEndpoints, pl.drainWait, pl.stalled = d.AwaitingEndpoints, d.DrainWait, d.Stalled
 	return nil
-}
-
-// retirementOrder lists the live old placements, those that do not serve first.
-func retirementOrder(old []*oldPlacement, serves func(*v1.LanePlacement) bool) []*oldPlacement {
-	var out []*oldPlacement
-	for _, o := range old {
-		if !o.retired {
-			out = append(out, o)
-		}
-	}
-	slices.SortStableFunc(out, func(a, b *oldPlacement) int {
-		if serves(a.p) == serves(b.p) {
-			return 0
-		}
-		if serves(a.p) {
-			return 1
-		}
-		return -1
-	})
-	return out
 }
 
 func (c *Controller) retire(ctx context.Context, o *oldPlacement) error {

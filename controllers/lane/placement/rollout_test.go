@@ -595,6 +595,83 @@ var _ = Describe("Lane edits", func() {
 			Expect(lane.Status.VectorSpaceID).To(Equal("gte"), "a lost node's placement can be no endpoint of the new space")
 		})
 
+		It("should neither make nor retire a placement and say what to set when its bounds leave no room to switch", func() {
+			id := newIdentity()
+			for range 3 {
+				newNode()
+			}
+			lane := reconcileLane(newLane(id, 3))
+			reportAll(lane, v1.PhaseReady)
+			lane = settle(lane)
+			next := sibling(id, "gte-v2")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) {
+				s.IdentityRef.Name = next.Name
+				s.Rollout = v1.RolloutStrategy{MaxSurge: ptr.To[int32](0), MaxUnavailable: 1} // no spare node
+			})
+			lane = reconcileLane(lane)
+			got := placements(lane)
+			Expect(got).To(HaveLen(3))
+			for _, p := range got {
+				Expect(p.Spec.Identity).To(Equal(id.Name), "no old placement retires for a switch that cannot come")
+			}
+			progressing := condition(lane, v1.LaneConditionProgressing)
+			Expect(progressing.Status).To(Equal(metav1.ConditionFalse))
+			Expect(progressing.Reason).To(Equal(v1.LaneReasonBoundsTooTight))
+			Expect(progressing.Message).To(ContainSubstring("set rollout.maxSurge to at least 1 or rollout.maxUnavailable to at least 2"))
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte"))
+
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.Rollout.MaxUnavailable = 2 })
+			lane = reconcileLane(lane)
+			Expect(placements(lane)).To(HaveLen(2), "one old placement makes room, two keep answering")
+			retired(lane) // its agent lets go of its node
+			lane = reconcileLane(lane)
+			got = placements(lane)
+			Expect(got).To(HaveLen(3))
+			fresh := 0
+			for _, p := range got {
+				if p.Spec.Identity == next.Name {
+					fresh++
+				}
+			}
+			Expect(fresh).To(Equal(1), "the new space comes up in the room made")
+			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonBlueGreen))
+		})
+
+		It("should say the rollout exceeded its progress deadline once it has not moved for it, on the controller's clock, and progress again when it moves", func() {
+			id := newIdentity()
+			newNode()
+			newNode()
+			lane := reconcileLane(newLane(id, 1))
+			reportAll(lane, v1.PhaseReady)
+			lane = settle(lane)
+			next := sibling(id, "gte-v2")
+			lane = edit(lane, func(s *v1.CatalogLaneSpec) { s.IdentityRef.Name = next.Name; s.Rollout.ProgressDeadlineSeconds = 120 })
+			res, err := controller.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(lane)})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.RequeueAfter).To(BeNumerically(">", 0))
+			Expect(res.RequeueAfter).To(BeNumerically("<=", 120*time.Second), "the lane comes back when its deadline passes")
+			lane = reconcileLane(lane)
+			Expect(placements(lane)).To(HaveLen(2))
+			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonBlueGreen))
+			Expect(lane.Status.LastProgressTime).NotTo(BeNil())
+
+			clk.Step(119 * time.Second)
+			lane = reconcileLane(lane)
+			Expect(condition(lane, v1.LaneConditionProgressing).Reason).To(Equal(v1.LaneReasonBlueGreen))
+			clk.Step(time.Second)
+			lane = reconcileLane(lane)
+			progressing := condition(lane, v1.LaneConditionProgressing)
+			Expect(progressing.Status).To(Equal(metav1.ConditionFalse))
+			Expect(progressing.Reason).To(Equal(v1.LaneReasonProgressDeadlineExceeded))
+			Expect(progressing.Message).To(ContainSubstring("rollout.progressDeadlineSeconds (120 s)"))
+			Expect(placements(lane)).To(HaveLen(2), "the rollout goes on")
+
+			reportIdentity(lane, next, v1.PhaseReady)
+			lane = reconcileLane(lane)
+			Expect(lane.Status.VectorSpaceID).To(Equal("gte-v2"))
+			Expect(condition(lane, v1.LaneConditionProgressing).Status).To(Equal(metav1.ConditionTrue))
+		})
+
 		It("should keep the old space answering and say why when the new cannot be placed beside it", func() {
 			id := newIdentity()
 			n := newNode()
@@ -671,7 +748,7 @@ var _ = Describe("Expectations", func() {
 		lane := newLane(id, 1)
 		// A placement of the name this lane would use, being deleted, that the controller's
 		// cache has not shown it.
-		p := &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Name: lane.Name + "-" + n.Name, Namespace: lane.Namespace,
+		p := &v1.LanePlacement{ObjectMeta: metav1.ObjectMeta{Name: placement.PlacementName(lane.Name, n.Name), Namespace: lane.Namespace,
 			Labels: map[string]string{v1.LabelLane: lane.Name, v1.LabelNode: n.Name}, Finalizers: []string{v1.FinalizerRetirement}},
 			Spec: v1.LanePlacementSpec{Lane: lane.Name, Node: n.Name, Identity: id.Name, Task: v1.TaskEmbed, Device: v1.DeviceANE,
 				Rungs: []v1.Rung{128}, Ceiling: 128, MaxResidentShapes: 1, AdmissionBoundSeconds: 600, RequestDeadlineSeconds: 30}}

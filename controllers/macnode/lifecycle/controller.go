@@ -43,7 +43,9 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -52,6 +54,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
@@ -199,7 +202,7 @@ const MaxConcurrentReconciles = 8
 // Reconcile checks one node's heartbeat.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, err error) {
 	defer func() {
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		if unreachable(err) {
 			c.mu.Lock()
 			c.apiFailed = c.clk.Now()
 			c.mu.Unlock()
@@ -271,6 +274,25 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		return reconcile.Result{}, err
 	}
 	return c.releaseAndEvict(ctx, node, renewed, now)
+}
+
+// unreachable reports whether err says the API server could not be reached or could not
+// serve: no answer (a refused connection, a timeout), or 429, 500, 503 or 504. Then the agents'
+// renewals may have failed as well, and no heartbeat is judged for a grace period. An answer
+// about the request (422 from a JSON patch's test, 409, 404, 403) says the server is there:
+// judging every node of the fleet stopped for it, a failed write of one node's kept a dead Mac
+// Ready, in the endpoints, for as long as that write went on failing.
+func unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var netErr net.Error // a *url.Error among them: the request never got its answer
+	if errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) || utilnet.IsProbableEOF(err) ||
+		utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) {
+		return true
+	}
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err)
 }
 
 // releaseAndEvict is what becomes of a node that is not Ready: placements already being

@@ -221,7 +221,44 @@ var _ = Describe("Node lifecycle", func() {
 			Expect(kube.Get(ctx, client.ObjectKeyFromObject(p), &v1.LanePlacement{})).To(Succeed())
 		})
 	})
+
+	Context("when one node's write is refused", func() {
+		It("should judge every other node all the same", func() {
+			refused, lost := heartbeatingNode(), heartbeatingNode()
+			refusing := lifecycle.NewController(clk, refusingClient{Client: kube, name: refused.Name}, recorder)
+			reconcileWith(refusing, refused)
+			reconcileWith(refusing, lost)
+			clk.Step(41 * time.Second) // both Leases lapse
+			_, err := refusing.Reconcile(ctx, requestFor(refused))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "the refused node's write fails: %v", err)
+			_, got := reconcileWith(refusing, lost)
+			Expect(ready(got)).To(Equal(metav1.ConditionUnknown), "another node's refused write says nothing of the API server's reach")
+		})
+	})
 })
+
+// refusingClient refuses the status writes of one node as the API server refuses an invalid
+// write (a JSON patch whose test fails answers 422 as well).
+type refusingClient struct {
+	client.Client
+	name string
+}
+
+func (r refusingClient) Status() client.SubResourceWriter {
+	return refusingStatus{SubResourceWriter: r.Client.Status(), name: r.name}
+}
+
+type refusingStatus struct {
+	client.SubResourceWriter
+	name string
+}
+
+func (r refusingStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	if obj.GetName() == r.name {
+		return apierrors.NewInvalid(v1.GroupVersion.WithKind("MacNode").GroupKind(), r.name, nil)
+	}
+	return r.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+}
 
 // flakyClient fails status writes while *down, as an unreachable API server does.
 type flakyClient struct {
