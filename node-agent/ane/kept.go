@@ -76,7 +76,10 @@ func (s Sources) Keep(id string) error {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(dir, path)
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
 		switch {
 		case rel == "model.mil" || rel == "weights":
 			if d.IsDir() {
@@ -112,7 +115,10 @@ func (s Sources) Restore(id string) (bool, error) {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(kept, path)
+		rel, err := filepath.Rel(kept, path)
+		if err != nil {
+			return err
+		}
 		switch {
 		case rel == keptMarker:
 			return nil
