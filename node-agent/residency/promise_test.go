@@ -27,6 +27,24 @@ import (
 // Regression tests for promises the core told a client and did not keep, and for outcome
 // reports that arrive twice: each drives the interleaving the review found by hand.
 
+// firstProbe loads lane with a placement probe, admits its rung 128 for a request and brings
+// the request back from its handoff: it returns the request and the probe that now runs.
+func (d *driver) firstProbe(lane string) (Ticket, ProbeShape) {
+	d.t.Helper()
+	sp := spec(lane)
+	sp.Probe = func(int, int64, time.Duration, time.Duration) error { return nil }
+	d.load(sp)
+	tk := d.acquire(lane, 128, time.Time{})
+	d.advance(50 * time.Millisecond)
+	adm := d.admit(lane, 128)
+	d.step(Admitted{Gen: adm.Gen, Job: adm.Job, Load: adm.Load, Admission: counts(), Took: time.Second})
+	if !d.answer(tk).Handoff {
+		d.t.Fatal("no handoff")
+	}
+	d.step(Acquire{Ticket: tk, Lane: lane, Rung: 128, Member: true})
+	return tk, take(d, "the first probe of "+lane+"/128", func(ProbeShape) bool { return true })
+}
+
 // queued reports whether a job admitting lane's rung is queued (not running).
 func (d *driver) queued(lane string, rung int) bool {
 	for _, j := range d.c.Inspect().Queued {
@@ -142,18 +160,7 @@ func TestRequestsQueuedForAReplacementThatFailsToStartFailLoudly(t *testing.T) {
 func TestALateOrRepeatedOutcomeReportChangesNothing(t *testing.T) {
 	t.Run("Probed", func(t *testing.T) {
 		d := newDriver(t, 100)
-		sp := spec("a")
-		sp.Probe = func(int, int64, time.Duration, time.Duration) error { return nil }
-		d.load(sp)
-		ta := d.acquire("a", 128, time.Time{})
-		d.advance(50 * time.Millisecond)
-		adm := d.admit("a", 128)
-		d.step(Admitted{Gen: adm.Gen, Job: adm.Job, Load: adm.Load, Admission: counts(), Took: time.Second})
-		if !d.answer(ta).Handoff {
-			t.Fatal("no handoff")
-		}
-		d.step(Acquire{Ticket: ta, Lane: "a", Rung: 128, Member: true})
-		pr := take(d, "ProbeShape a/128", func(ProbeShape) bool { return true })
+		ta, pr := d.firstProbe("a")
 		outcome := Probed{Gen: pr.Gen, Load: pr.Load, Attempt: pr.Attempt, Cell: pr.Cell, Device: time.Millisecond, CPU: 3 * time.Millisecond}
 		d.step(outcome)
 		cell := d.answer(ta).Cell

@@ -191,18 +191,7 @@ func TestAHeadForAShapeResidentAgainNeverEvictsIt(t *testing.T) {
 // then ignored.
 func TestARepeatedProbeRefusalNeverSettlesALaterProbeOfTheSameLoad(t *testing.T) {
 	d := newDriver(t, 100)
-	sp := spec("a")
-	sp.Probe = func(int, int64, time.Duration, time.Duration) error { return nil }
-	d.load(sp)
-	t1 := d.acquire("a", 128, time.Time{})
-	d.advance(50 * time.Millisecond)
-	adm := d.admit("a", 128)
-	d.step(Admitted{Gen: adm.Gen, Job: adm.Job, Load: adm.Load, Admission: counts(), Took: time.Second})
-	if !d.answer(t1).Handoff {
-		t.Fatal("no handoff")
-	}
-	d.step(Acquire{Ticket: t1, Lane: "a", Rung: 128, Member: true})
-	first := take(d, "the first probe", func(ProbeShape) bool { return true })
+	t1, first := d.firstProbe("a")
 	refused := Probed{Gen: first.Gen, Load: first.Load, Attempt: first.Attempt, Cell: first.Cell, Err: &WorkerError{Code: "busy", Message: "try later"}}
 	d.step(refused)
 	if got := code(d.answer(t1).Err); got != refusal.WorkerRefused {
