@@ -171,7 +171,7 @@ func (j *Job) Waiters() []Ticket {
 }
 
 // DropAt is when the job is dropped if nobody waits for it: twice the delay last promised after
-// the promise was made.
+// the promise was made, never earlier than an earlier promise said.
 func (j *Job) DropAt() time.Time { return j.dropAt }
 
 // Limit is when ticket t, waiting for j, must have its shape: its deadline or its admission
@@ -330,9 +330,6 @@ func (q *Queue) CheckOrder() error {
 
 // StartedAt is when the running job took the gate.
 func (q *Queue) StartedAt() time.Time { return q.startedAt }
-
-// HeldUntil is, while a failed admission holds the gate, when its hold ends at the latest.
-func (q *Queue) HeldUntil() time.Time { return q.heldUntil }
 
 // ReadyAt predicts when job j's shape is resident: after the running job and every job ahead
 // of it that can be elected, then its own cost. Jobs of recovering workers are not elected and
