@@ -286,8 +286,8 @@ func (c *Core) gone(m *model, why error) {
 }
 
 // holdGate keeps the compile gate for j, an admission (attempt load) of unknown outcome, until
-// gen's exit is confirmed (or, if outstanding, until that attempt's call returns), at the latest until: the queue
-// predicts the gate busy until then.
+// gen's exit is confirmed (or, if outstanding, until that attempt's call returns), and at the
+// latest until: the queue predicts the gate busy until then.
 func (c *Core) holdGate(j *compilequeue.Job, load uint64, gen *Gen, until time.Time, outstanding bool) {
 	c.queue.Fail(j, until)
 	c.hold = &gateHold{job: j, load: load, gen: gen, until: until, outstanding: outstanding}
